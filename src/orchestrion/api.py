@@ -1,0 +1,129 @@
+"""The Python API: build a pool, pick a strategy, solve a task, get answer, usage, cost and trace id.
+
+``solve`` is the one place an episode is opened and closed: the episode row is
+written first (status ``running``), the strategy runs inside the root span, and
+the closing update (with ``finished = 1``) is committed before ``solve`` returns,
+whatever happened: an answer, a budget stop, an error or a cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ._errors import BudgetExceededError, OrchestrionError
+from .models._types import Usage
+from .models.pool import Pool
+from .runtime.budget import Budget, BudgetTracker
+from .runtime.context import RunContext
+from .strategies.base import Strategy, Task, get_strategy
+from .tools.defaults import default_tools
+from .tools.registry import ToolRegistry
+from .trace.store import TraceStore
+from .trace.tracer import Tracer, dumps, new_id, reset_current, set_current
+
+
+@dataclass
+class EpisodeResult:
+    """The outcome of one episode."""
+
+    answer: str
+    status: str
+    strategy: str
+    usage: Usage
+    wall_s: float
+    trace_id: str
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.usage.cost_usd
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            "status": self.status,
+            "strategy": self.strategy,
+            "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens},
+            "cost": self.usage.cost_usd,
+            "cost_units": self.usage.cost_units,
+            "wall_s": round(self.wall_s, 3),
+            "trace_id": self.trace_id,
+            "error": self.error,
+            "meta": self.meta,
+        }
+
+
+def load_pool(pool: Pool | str | Path | None) -> Pool:
+    """A pool object, the pool in a YAML file, or the embedded default."""
+    if isinstance(pool, Pool):
+        return pool
+    return Pool.default() if pool is None else Pool.from_yaml(pool)
+
+
+async def solve(
+    task: str | Task,
+    *,
+    strategy: str | Strategy = "para",
+    pool: Pool | str | Path | None = None,
+    tools: ToolRegistry | None = None,
+    store: TraceStore | str | Path | None = None,
+    budget: Budget | None = None,
+    options: dict[str, Any] | None = None,
+    run_id: str | None = None,
+    epoch: int = 0,
+) -> EpisodeResult:
+    """Solve one task with one strategy; the episode is fully traced."""
+    the_task = task if isinstance(task, Task) else Task(prompt=task)
+    the_strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
+    the_pool = load_pool(pool)
+    the_store = store if isinstance(store, TraceStore) else TraceStore(store)
+    opts = {**the_pool.config.strategies.get(the_strategy.name, {}), **(options or {})}
+    episode_id = new_id()
+    tracer = Tracer(the_store, episode_id)
+    tracker = BudgetTracker(budget)
+    ctx = RunContext(the_pool, tools or default_tools(), tracer, tracker, opts)
+    started = time.time()
+    the_store.submit(
+        "INSERT INTO episodes (id, run_id, task_id, epoch, strategy, task, status, started, meta) VALUES (?,?,?,?,?,?,?,?,?)",
+        (episode_id, run_id, the_task.id, epoch, the_strategy.name, dumps(the_task.model_dump()), "running", started,
+         dumps({"pool": the_pool.source, "options": opts, "budget": tracker.budget.model_dump()})),
+    )
+    answer, status, error, meta = "", "ok", None, {}
+    root = tracer.start("episode", the_strategy.name, task=the_task.prompt)
+    token = set_current(root)
+    try:
+        async with asyncio.timeout(tracker.budget.wall_s):
+            result = await the_strategy.solve(the_task, ctx)
+        answer, status, meta = result.text, result.status, result.meta
+    except BudgetExceededError as exc:
+        status, error = "budget_exceeded", str(exc)
+    except TimeoutError:
+        status, error = "budget_exceeded", f"budget exceeded: wall_s {tracker.budget.wall_s:g}s reached"
+    except OrchestrionError as exc:
+        status, error = "error", str(exc)
+    except asyncio.CancelledError:
+        status, error = "cancelled", "cancelled"
+        raise
+    finally:
+        reset_current(token)
+        root.set(answer=answer, error=error)
+        root.end(status)
+        ended = time.time()
+        usage = tracker.usage
+        the_store.submit(
+            "UPDATE episodes SET status=?, answer=?, error=?, ended=?, input_tokens=?, output_tokens=?, "
+            "cost_usd=?, cost_units=?, finished=1 WHERE id=?",
+            (status, answer, error, ended, usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.cost_units, episode_id),
+        )
+        await asyncio.shield(the_store.aflush())
+    return EpisodeResult(answer, status, the_strategy.name, usage, ended - started, episode_id, error, meta)
+
+
+def solve_sync(task: str | Task, **kwargs: Any) -> EpisodeResult:
+    """:func:`solve` for scripts: runs its own event loop."""
+    return asyncio.run(solve(task, **kwargs))

@@ -1,0 +1,195 @@
+"""The `orchestrion` command line: run | trace | tool | pool | strategies."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import orjson
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ._errors import OrchestrionError
+from .api import load_pool, solve
+from .runtime.budget import Budget
+from .strategies.base import strategies
+from .tools.defaults import default_tools
+from .trace.export import export_jsonl
+from .trace.render import episode_tree, list_episodes
+from .trace.store import TraceStore
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Learned agentic orchestration: run, trace and compare orchestration strategies.")
+trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded episodes.")
+app.add_typer(trace_app, name="trace")
+out = Console()
+err = Console(stderr=True)
+F = TypeVar("F", bound=Callable[..., Any])
+
+PoolOpt = Annotated[Path | None, typer.Option("--pool", help="pool.yaml; default: the embedded SmolLM2 model")]
+DbOpt = Annotated[Path | None, typer.Option("--db", help="trace database; default $ORCHESTRION_DB or ~/.orchestrion/traces.db")]
+
+
+def friendly(fn: F) -> F:
+    """Turn Orchestrion errors and Ctrl-C into one line on stderr and a non-zero exit."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except OrchestrionError as exc:
+            err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True)
+            raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            err.print("interrupted; the trace so far is kept")
+            raise typer.Exit(130) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _options(pairs: list[str]) -> dict[str, Any]:
+    opts: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"'{pair}': expected KEY=VALUE", param_hint="--set")
+        try:
+            opts[key.strip()] = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            opts[key.strip()] = raw
+    return opts
+
+
+@app.command()
+@friendly
+def run(
+    task: Annotated[str, typer.Argument(help="the task, in quotes")],
+    strategy: Annotated[str, typer.Option("--strategy", "-s", help="strategy name (see `orchestrion strategies`)")] = "para",
+    pool: PoolOpt = None,
+    db: DbOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    budget: Annotated[list[str], typer.Option("--budget", help="limit, e.g. tokens=4000 or wall_s=60 (repeatable)")] = [],  # noqa: B006
+    max_parallel: Annotated[int | None, typer.Option("--max-parallel", min=1, help="1 = serial variant")] = None,
+    corpus: Annotated[Path | None, typer.Option("--corpus", help="folder or JSONL for the retrieve tool")] = None,
+    settings: Annotated[list[str], typer.Option("--set", help="strategy option KEY=VALUE (repeatable)")] = [],  # noqa: B006
+) -> None:
+    """Solve one task and print the answer, tokens, cost, wall time and trace id."""
+    options = _options(settings)
+    if max_parallel is not None:
+        options["max_parallel"] = max_parallel
+    result = asyncio.run(solve(
+        task, strategy=strategy, pool=load_pool(pool), tools=default_tools(corpus),
+        store=TraceStore(db), budget=Budget.parse_cli(budget), options=options,
+    ))
+    if as_json:
+        sys.stdout.write(orjson.dumps(result.to_dict()).decode() + "\n")
+    else:
+        out.print(result.answer or "(no answer)", highlight=False, markup=False)
+        cost = "unknown" if result.cost_usd is None else f"${result.cost_usd:.6f}"
+        err.print(
+            f"[dim]status={result.status} tokens={result.usage.input_tokens}+{result.usage.output_tokens} "
+            f"cost={cost} wall={result.wall_s:.2f}s trace_id={result.trace_id}[/dim]",
+            highlight=False,
+        )
+        if result.error:
+            err.print(f"[yellow]{result.error}[/yellow]", highlight=False)
+    if result.status not in ("ok",):
+        raise typer.Exit(1)
+
+
+@trace_app.command("show")
+@friendly
+def trace_show(trace_id: str, db: DbOpt = None) -> None:
+    """Print an episode as a tree of decisions, calls and sub-agent steps."""
+    out.print(episode_tree(TraceStore(db), trace_id), highlight=False)
+
+
+@trace_app.command("list")
+@friendly
+def trace_list(db: DbOpt = None, limit: int = 20) -> None:
+    """List recent episodes."""
+    table = Table("trace id", "strategy", "status", "tokens", "cost", "task")
+    for ep in list_episodes(TraceStore(db), limit):
+        cost = "unknown" if ep["cost_usd"] is None else f"${ep['cost_usd']:.6f}"
+        status = ep["status"] if ep["finished"] else f"{ep['status']} (unfinished)"
+        table.add_row(ep["id"], ep["strategy"], status, str(ep["input_tokens"] + ep["output_tokens"]), cost, ep["task"][:60])
+    out.print(table)
+
+
+@trace_app.command("export")
+@friendly
+def trace_export(
+    ids: Annotated[list[str], typer.Argument(help="trace ids; none = every episode")] = [],  # noqa: B006
+    out_path: Annotated[Path, typer.Option("--out", help="JSONL file to write")] = Path("traces.jsonl"),
+    db: DbOpt = None,
+) -> None:
+    """Export episodes (spans, events, decisions) as JSON lines."""
+    store = TraceStore(db)
+    chosen = ids or [r["id"] for r in store.query("SELECT id FROM episodes ORDER BY started")]
+    n = export_jsonl(store, chosen, out_path)
+    err.print(f"wrote {n} episodes to {out_path}")
+
+
+@app.command()
+@friendly
+def tool(
+    name: Annotated[str, typer.Argument(help="tool name, e.g. python or calculator")],
+    args: Annotated[str, typer.Argument(help="JSON arguments, e.g. '{\"code\": \"print(1)\"}'")] = "{}",
+    corpus: Annotated[Path | None, typer.Option("--corpus", help="folder or JSONL for the retrieve tool")] = None,
+) -> None:
+    """Run one tool directly and print its result envelope as JSON."""
+    try:
+        parsed = orjson.loads(args)
+    except orjson.JSONDecodeError as exc:
+        raise typer.BadParameter(f"not valid JSON: {exc}", param_hint="ARGS") from None
+    registry = default_tools(corpus)
+    if name not in registry:
+        registry.get(name)  # raises ToolNotFoundError with the list of tools
+    if registry.get(name).kind == "agent":
+        err.print(f"'{name}' is an agent tool; it needs a model: try `orchestrion run` instead")
+        raise typer.Exit(2)
+    result = asyncio.run(registry.call(name, parsed))
+    sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+
+
+@app.command("pool")
+@friendly
+def pool_cmd(pool: PoolOpt = None) -> None:
+    """Print the model pool: names, tiers, prices, limits."""
+    the_pool = load_pool(pool)
+    table = Table("name", "backend", "tier", "context", "$/Mtok in", "$/Mtok out", "concurrency", "description",
+                  title=f"pool: {the_pool.source}")
+    for row in the_pool.describe():
+        price_in = "unknown" if row["price_in"] is None else f"{row['price_in']:g}"
+        price_out = "unknown" if row["price_out"] is None else f"{row['price_out']:g}"
+        table.add_row(row["name"], row["backend"], str(row["tier"]), str(row["context"]), price_in, price_out,
+                      str(row["concurrency"]), row["description"])
+    out.print(table)
+    out.print(f"orchestrator: {the_pool.orchestrator}   synthesizer: {the_pool.synthesizer}   executor: {the_pool.executor}")
+
+
+@app.command("strategies")
+def strategies_cmd(names: Annotated[bool, typer.Option("--names", help="names only, one per line")] = False) -> None:
+    """List the orchestration strategies."""
+    found = strategies()
+    if names:
+        sys.stdout.write("\n".join(sorted(found)) + "\n")
+        return
+    table = Table("name", "follows", "what it does")
+    for name in sorted(found):
+        cls = found[name]
+        table.add_row(name, cls.paper, cls.summary)
+    out.print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,477 @@
+"""The ``openai-api`` backend: any OpenAI-compatible chat-completions server.
+
+Speaks the wire protocol directly over aiohttp with orjson. The official SDK costs
+2-3 ms of CPU per call, which serialises large fan-outs; this client keeps one
+``ClientSession`` per event loop (created lazily, unbounded connection pool) and
+builds nothing heavy per call.
+
+Failures are one-line :class:`ModelError` subclasses: a rejected request (4xx other
+than 429) fails at once; 429, 5xx, connection errors and timeouts are retried with
+exponential backoff and jitter (``Retry-After`` honoured, capped), then raise
+:class:`ModelUnavailableError`. A missing API-key variable is a :class:`ConfigError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import os
+import random
+import re
+import time
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import aiohttp
+import orjson
+from yarl import URL
+
+from .._errors import ConfigError, ModelError, ModelUnavailableError
+from ._cost import Price, cost_of
+from ._types import Completion, GenerateConfig, Message, Usage, msg
+
+if TYPE_CHECKING:
+    from .pool import ModelSpec
+
+StructuredMode = Literal["auto", "json_schema", "json_object", "prompt"]
+_AUTO_ORDER: tuple[str, ...] = ("json_schema", "json_object", "prompt")
+_FALLBACK_HINTS = ("response_format", "json_schema", "json_object", "structured", "guided", "grammar")
+_JSON_HEADERS = {"Content-Type": "application/json"}
+
+
+class _Rejected(ModelError):
+    """The server refused the request (4xx other than 429); never retried."""
+
+    def __init__(self, text: str, status: int, server_message: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.server_message = server_message
+
+
+class OpenAIAPIModel:
+    """A chat model behind an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    ``structured`` picks how ``GenerateConfig.json_schema`` is enforced:
+    ``json_schema`` (``response_format`` with the schema), ``json_object`` (JSON mode
+    plus the schema in the system prompt), ``prompt`` (schema in the system prompt
+    only) or ``auto`` (try them in that order on a rejecting 400 and remember the
+    first that works). ``extra_body`` is merged into every request, e.g.
+    ``{"return_token_ids": True}`` for vLLM token ids.
+    """
+
+    constrains_json: bool = True
+
+    def __init__(
+        self,
+        name: str,
+        base_url: str,
+        *,
+        model: str | None = None,
+        api_key_env: str | None = None,
+        timeout_s: float = 120.0,
+        max_retries: int = 3,
+        structured: StructuredMode = "auto",
+        price: Price | None = None,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 8.0,
+        max_retry_after_s: float = 30.0,
+        extra_body: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.name = name
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/chat/completions"
+        self._url = URL(self.url)
+        if self._url.scheme not in ("http", "https") or not self._url.host:
+            raise ConfigError(f"model '{name}': base_url '{base_url}' must look like http://HOST:PORT/v1")
+        self.server_model = model or name
+        self.api_key_env = api_key_env
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self.structured: StructuredMode = structured
+        self.price = price
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.max_retry_after_s = max_retry_after_s
+        self.extra_body = dict(extra_body or {})
+        self.constrains_json = structured != "prompt"
+        self._auto_mode = _AUTO_ORDER[0]
+        self._auto_confirmed = False
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    def __repr__(self) -> str:
+        return f"OpenAIAPIModel({self.name!r}, {self.base_url!r}, model={self.server_model!r})"
+
+    @property
+    def structured_mode(self) -> str:
+        """The mode the next schema-constrained call starts with (``auto`` resolved)."""
+        return self._auto_mode if self.structured == "auto" else self.structured
+
+    # -- public API -----------------------------------------------------------------
+    async def complete(self, messages: Sequence[Message], config: GenerateConfig) -> Completion:
+        """One non-streamed completion; raises a :class:`ModelError` subclass on failure."""
+        start = time.perf_counter()
+        _, raw, mode = await self._post(messages, config, stream=False)
+        return self._parse(raw, config, mode, start)
+
+    def stream(self, messages: Sequence[Message], config: GenerateConfig) -> ChatStream:
+        """Stream one completion: ``async for piece in model.stream(...)`` yields content deltas.
+
+        The returned :class:`ChatStream` is an ``AsyncIterator[str]``; once it is
+        exhausted its ``completion`` attribute holds the whole :class:`Completion`
+        (joined text, usage from ``stream_options.include_usage``, latency, and
+        ``extra["ttft_s"]``, the time to the first piece).
+        """
+        return ChatStream(self, messages, config)
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is None or session.closed:
+            return
+        if self._session_loop is asyncio.get_running_loop():
+            await session.close()
+        else:  # made on a loop that has ended: it cannot be awaited from here
+            session.detach()
+
+    # -- transport ------------------------------------------------------------------
+    def _get_session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        session = self._session
+        if session is None or session.closed or self._session_loop is not loop:
+            if session is not None and not session.closed:
+                session.detach()
+            connector = aiohttp.TCPConnector(limit=0, ttl_dns_cache=300, keepalive_timeout=30)
+            session = aiohttp.ClientSession(connector=connector, timeout=self._timeout)
+            self._session, self._session_loop = session, loop
+        return session
+
+    def _headers(self) -> dict[str, str]:
+        if self.api_key_env is None:
+            return _JSON_HEADERS
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(
+                f"model '{self.name}': environment variable {self.api_key_env} (api_key_env) is not set;"
+                f" export it with the API key for {self.base_url}"
+            )
+        return {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+
+    async def _post(
+        self, messages: Sequence[Message], config: GenerateConfig, *, stream: bool
+    ) -> tuple[aiohttp.ClientResponse, bytes, str | None]:
+        """Send with structured-mode fallback; return the open response, its body (if read) and the mode."""
+        modes = self._modes(config)
+        for i, mode in enumerate(modes):
+            body = self._body(messages, config, mode, stream)
+            try:
+                resp, raw = await self._send(body, read=not stream)
+            except _Rejected as exc:
+                if i + 1 < len(modes) and self._may_fall_back(exc):
+                    continue
+                raise
+            if self.structured == "auto" and mode is not None:
+                self._auto_mode, self._auto_confirmed = mode, True
+            return resp, raw, mode
+        raise ModelError(f"model '{self.name}' at {self.url}: no structured-output mode left to try")
+
+    async def _send(self, body: bytes, *, read: bool) -> tuple[aiohttp.ClientResponse, bytes]:
+        """POST with retries; return an OK response (closed and read when ``read``)."""
+        session = self._get_session()
+        headers = self._headers()
+        kind, problem, delay = "unreachable", "", 0.0
+        attempts = self.max_retries + 1
+        for attempt in range(attempts):
+            if attempt:
+                await asyncio.sleep(delay)
+            delay = min(self.max_backoff_s, self.backoff_s * 2**attempt) * (0.5 + random.random() / 2)
+            try:
+                resp = await session.post(self._url, data=body, headers=headers)
+                if resp.status < 300:
+                    if not read:
+                        return resp, b""
+                    async with resp:
+                        return resp, await resp.read()
+                async with resp:
+                    message = _error_message(await resp.read(), resp.reason)
+                if resp.status != 429 and resp.status < 500:
+                    raise self._rejected(resp.status, message)
+                kind, problem = "failing", f"HTTP {resp.status}: {message}"
+                wait = _retry_after(resp.headers, self.max_retry_after_s)
+                delay = delay if wait is None else wait
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                kind = "timeout" if isinstance(exc, TimeoutError) else "unreachable"
+                problem = _one_line(str(exc) or type(exc).__name__)
+        where = f"model '{self.name}' at {self.url}"
+        if kind == "timeout":
+            raise ModelUnavailableError(
+                f"{where} timed out after {self.timeout_s:g}s ({attempts} attempts); is the server overloaded?"
+                " raise timeout_s for this model"
+            )
+        if kind == "failing":
+            raise ModelUnavailableError(f"{where} kept failing after {attempts} attempts: {problem}")
+        raise ModelUnavailableError(f"{where} is unreachable: {problem}; is the server running?")
+
+    def _rejected(self, status: int, message: str) -> _Rejected:
+        hint = ""
+        if status in (401, 403):
+            hint = f"; check the API key in ${self.api_key_env}" if self.api_key_env else "; set api_key_env"
+        elif status == 404:
+            hint = f"; check base_url and the model id '{self.server_model}'"
+        text = f"model '{self.name}' at {self.url} rejected the request (HTTP {status}): {message}{hint}"
+        return _Rejected(text, status, message)
+
+    # -- request and response ---------------------------------------------------------
+    def _modes(self, config: GenerateConfig) -> list[str | None]:
+        if config.json_schema is None:
+            return [None]
+        if self.structured != "auto":
+            return [self.structured]
+        return list(_AUTO_ORDER[_AUTO_ORDER.index(self._auto_mode) :])
+
+    def _may_fall_back(self, exc: _Rejected) -> bool:
+        if exc.status not in (400, 422):
+            return False
+        lowered = exc.server_message.lower()
+        return not self._auto_confirmed or any(h in lowered for h in _FALLBACK_HINTS)
+
+    def _body(self, messages: Sequence[Message], config: GenerateConfig, mode: str | None, stream: bool) -> bytes:
+        schema = config.json_schema
+        msgs: list[Message] = list(messages)
+        body: dict[str, Any] = {
+            "model": self.server_model,
+            "messages": msgs,
+            "max_tokens": config.max_tokens,
+            "temperature": config.temperature,
+            "top_p": config.top_p,
+        }
+        if config.seed is not None:
+            body["seed"] = config.seed
+        if config.stop:
+            body["stop"] = list(config.stop)
+        if config.logprobs:
+            body["logprobs"] = True
+        if schema is not None and mode == "json_schema":
+            name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("title") or "output"))[:64]
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": name, "schema": schema, "strict": False},
+            }
+        elif schema is not None and mode is not None:
+            body["messages"] = _with_schema_prompt(msgs, schema)
+            if mode == "json_object":
+                body["response_format"] = {"type": "json_object"}
+        if stream:
+            body["stream"] = True
+            body["stream_options"] = {"include_usage": True}
+        if self.extra_body:
+            body.update(self.extra_body)
+        return orjson.dumps(body)
+
+    def _parse(self, raw: bytes, config: GenerateConfig, mode: str | None, start: float) -> Completion:
+        try:
+            obj = orjson.loads(raw)
+            choice = obj["choices"][0]
+            text = (choice.get("message") or {}).get("content") or ""
+            finish = choice.get("finish_reason") or "stop"
+        except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
+            raise self._invalid(raw) from None
+        prompt_ids = obj.get("prompt_token_ids") or choice.get("prompt_token_ids")
+        return Completion(
+            text=text,
+            model=self.name,
+            usage=self._usage(obj.get("usage")),
+            latency_s=time.perf_counter() - start,
+            finish_reason=finish,
+            prompt_token_ids=_ints(prompt_ids),
+            token_ids=_ints(choice.get("token_ids")),
+            logprobs=_logprobs(choice.get("logprobs")) if config.logprobs else None,
+            structured_mode=mode,
+            extra={"server_model": obj.get("model")},
+        )
+
+    def _usage(self, usage: Any) -> Usage:
+        if not isinstance(usage, dict):  # tokens unknown, so the cost is unknown too
+            return Usage(cost_usd=None, calls=1)
+        n_in = int(usage.get("prompt_tokens") or 0)
+        n_out = int(usage.get("completion_tokens") or 0)
+        return Usage(input_tokens=n_in, output_tokens=n_out, cost_usd=cost_of(self.price, n_in, n_out), calls=1)
+
+    def _invalid(self, raw: bytes) -> ModelError:
+        detail = _error_message(raw, "empty body")
+        return ModelError(f"model '{self.name}' at {self.url} returned an invalid response: {detail}")
+
+    async def _stream(
+        self, messages: Sequence[Message], config: GenerateConfig, handle: ChatStream
+    ) -> AsyncGenerator[str, None]:
+        start = time.perf_counter()
+        resp, _, mode = await self._post(messages, config, stream=True)
+        pieces: list[str] = []
+        logprobs: list[float] = []
+        token_ids: list[int] = []
+        usage: Any = None
+        finish, ttft = "stop", None
+        try:
+            async with resp:
+                async for data in _sse_data(resp):
+                    try:
+                        event = orjson.loads(data)
+                        choices = event.get("choices") or []
+                    except (orjson.JSONDecodeError, AttributeError):
+                        raise self._invalid(data) from None
+                    if event.get("error"):
+                        raise self._invalid(data)
+                    usage = event.get("usage") or usage
+                    if not choices:
+                        continue
+                    choice = choices[0]
+                    finish = choice.get("finish_reason") or finish
+                    logprobs.extend(_logprobs(choice.get("logprobs")) or ())
+                    token_ids.extend(_ints(choice.get("token_ids")) or ())
+                    piece = (choice.get("delta") or {}).get("content")
+                    if piece:
+                        if ttft is None:
+                            ttft = time.perf_counter() - start
+                        pieces.append(piece)
+                        yield piece
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise ModelUnavailableError(
+                f"model '{self.name}' at {self.url} broke off the stream: {_one_line(str(exc) or type(exc).__name__)}"
+            ) from None
+        handle.completion = Completion(
+            text="".join(pieces),
+            model=self.name,
+            usage=self._usage(usage),
+            latency_s=time.perf_counter() - start,
+            finish_reason=finish,
+            token_ids=token_ids or None,
+            logprobs=logprobs if config.logprobs else None,
+            structured_mode=mode,
+            extra={"ttft_s": ttft},
+        )
+
+
+class ChatStream:
+    """The content deltas of one streamed completion, as an ``AsyncIterator[str]``.
+
+    ``completion`` is ``None`` until the stream ends, then the whole
+    :class:`Completion`. Close it (``aclose()`` or ``async with``) if you stop early.
+    """
+
+    def __init__(self, model: OpenAIAPIModel, messages: Sequence[Message], config: GenerateConfig) -> None:
+        self.completion: Completion | None = None
+        self._gen = model._stream(messages, config, self)
+
+    def __aiter__(self) -> ChatStream:
+        return self
+
+    async def __anext__(self) -> str:
+        return await self._gen.__anext__()
+
+    async def aclose(self) -> None:
+        await self._gen.aclose()
+
+    async def __aenter__(self) -> ChatStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+def from_spec(spec: ModelSpec) -> OpenAIAPIModel:
+    """Build the backend for one ``openai-api`` pool entry."""
+    if not spec.base_url:
+        raise ConfigError(f"model '{spec.name}': an openai-api model needs base_url (e.g. http://127.0.0.1:8000/v1)")
+    return OpenAIAPIModel(
+        spec.name,
+        spec.base_url,
+        model=spec.model or spec.name,
+        api_key_env=spec.api_key_env,
+        timeout_s=spec.timeout_s,
+        max_retries=spec.max_retries,
+        structured=spec.structured,
+        price=spec.price,
+    )
+
+
+# -- helpers ---------------------------------------------------------------------------
+async def _sse_data(resp: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
+    """The payloads of ``data:`` lines, up to ``[DONE]`` or the end of the body."""
+    buf = b""
+    async for chunk in resp.content.iter_any():
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return
+                if data:
+                    yield data
+    data = buf[5:].strip() if buf.startswith(b"data:") else b""
+    if data and data != b"[DONE]":
+        yield data
+
+
+def _with_schema_prompt(messages: list[Message], schema: dict[str, Any]) -> list[Message]:
+    note = (
+        "Reply with a single JSON value and nothing else (no prose, no code fences)."
+        " It must match this JSON Schema:\n" + orjson.dumps(schema).decode()
+    )
+    out = list(messages)
+    if out and out[0]["role"] == "system":
+        out[0] = msg("system", out[0]["content"] + "\n\n" + note)
+    else:
+        out.insert(0, msg("system", note))
+    return out
+
+
+def _error_message(raw: bytes, default: str | None) -> str:
+    """The server's error text from an OpenAI, vLLM or FastAPI style error body."""
+    text = raw.decode("utf-8", "replace")
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        found = err.get("message") if isinstance(err, dict) else err
+        found = found or obj.get("message") or obj.get("detail")
+        if found:
+            text = found if isinstance(found, str) else orjson.dumps(found).decode()
+    return _one_line(text) or (default or "no error message")
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _retry_after(headers: Mapping[str, str], cap: float) -> float | None:
+    """Seconds asked for by ``retry-after-ms`` / ``Retry-After`` (seconds or HTTP date), capped."""
+    seconds: float | None = None
+    try:
+        if ms := headers.get("retry-after-ms"):
+            seconds = float(ms) / 1000
+        elif value := headers.get("Retry-After"):
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+    except (TypeError, ValueError):
+        return None
+    return None if seconds is None else min(max(seconds, 0.0), cap)
+
+
+def _ints(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return value
+    return None
+
+
+def _logprobs(value: Any) -> list[float] | None:
+    """``logprobs.content[*].logprob`` of one choice (or chunk), if present."""
+    content = value.get("content") if isinstance(value, dict) else None
+    if not isinstance(content, list):
+        return None
+    return [float(t["logprob"]) for t in content if isinstance(t, dict) and "logprob" in t]

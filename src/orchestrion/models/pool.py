@@ -1,0 +1,227 @@
+"""The model pool: named models with descriptions, tiers, prices and limits.
+
+Loaded from YAML; with no file the pool holds the embedded SmolLM2 model only.
+Backends are created lazily through a small registry, so a pool naming an
+``openai-api`` model never imports llama.cpp, and a missing optional package
+gives a message that says which extra to install.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .._errors import ConfigError, ModelNotFoundError
+from ._cost import Price
+from ._types import Completion, GenerateConfig, Message
+from .protocol import Model
+
+Backend = Literal["llama-cpp", "openai-api", "scripted"]
+
+# backend name -> (module, factory function, pip extra that provides it)
+_BACKENDS: dict[str, tuple[str, str, str | None]] = {
+    "llama-cpp": ("orchestrion.models.llama_cpp", "from_spec", "embedded"),
+    "openai-api": ("orchestrion.models.openai_api", "from_spec", None),
+}
+
+EMBEDDED_NAME = "smollm2-135m"
+
+
+class ModelSpec(BaseModel):
+    """One pool entry, as written in pool.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    backend: Backend = "openai-api"
+    description: str = ""
+    tier: int = Field(default=1, ge=1, le=5, description="capacity tier, 1 = smallest")
+    context_size: int = Field(default=4096, gt=0)
+    price: Price | None = None
+    max_concurrency: int = Field(default=8, ge=1)
+    # openai-api settings
+    base_url: str | None = None
+    model: str | None = Field(default=None, description="model id the server knows")
+    api_key_env: str | None = None
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=3, ge=0)
+    structured: Literal["auto", "json_schema", "json_object", "prompt"] = "auto"
+    # llama-cpp settings
+    path: str | None = None
+    n_threads: int | None = Field(default=None, ge=1)
+    n_ctx: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _check_backend_fields(self) -> "ModelSpec":
+        if self.backend == "openai-api" and not self.base_url:
+            raise ValueError("an openai-api model needs base_url (for example http://127.0.0.1:8000/v1)")
+        return self
+
+
+class PoolConfig(BaseModel):
+    """The whole pool.yaml file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    models: list[ModelSpec] = Field(min_length=1)
+    orchestrator: str | None = None
+    synthesizer: str | None = None
+    executor: str | None = None
+    strategies: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_names(self) -> "PoolConfig":
+        names = [m.name for m in self.models]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"duplicate model names: {', '.join(dupes)}")
+        for role in ("orchestrator", "synthesizer", "executor"):
+            chosen = getattr(self, role)
+            if chosen is not None and chosen not in names:
+                raise ValueError(f"{role} '{chosen}' is not one of the models: {', '.join(names)}")
+        return self
+
+
+def embedded_spec() -> ModelSpec:
+    """The default pool entry: SmolLM2-135M-Instruct run in-process by llama.cpp."""
+    return ModelSpec(
+        name=EMBEDDED_NAME,
+        backend="llama-cpp",
+        description="SmolLM2-135M-Instruct (Q4_1 GGUF), embedded via llama.cpp; tiny, local, free",
+        tier=1,
+        context_size=2048,
+        price=Price(input_per_mtok=0.0, output_per_mtok=0.0),
+        max_concurrency=1,
+    )
+
+
+class Pool:
+    """Named models plus the per-model concurrency limits that guard them."""
+
+    def __init__(self, config: PoolConfig, *, source: str = "<embedded default>") -> None:
+        self.config = config
+        self.source = source
+        self.specs: dict[str, ModelSpec] = {m.name: m for m in config.models}
+        self._models: dict[str, Model] = {}
+        self._limits: dict[str, asyncio.Semaphore] = {}
+
+    # -- construction -------------------------------------------------------------
+    @classmethod
+    def default(cls) -> "Pool":
+        return cls(PoolConfig(models=[embedded_spec()]))
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> "Pool":
+        p = Path(path)
+        try:
+            raw = yaml.safe_load(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{p}: pool file not found; pass an existing file to --pool") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"{p}:{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{p}: expected a mapping with a 'models:' list at the top")
+        try:
+            return cls(PoolConfig.model_validate(raw), source=str(p))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+            raise ConfigError(f"{p}: field '{loc}': {err['msg']}") from None
+
+    @classmethod
+    def from_models(cls, models: Sequence[Model], **roles: str) -> "Pool":
+        """A pool over ready-made model objects (tests, notebooks)."""
+        specs = [ModelSpec(name=m.name, backend="scripted") for m in models]
+        pool = cls(PoolConfig(models=specs, **roles), source="<in-memory>")
+        pool._models = {m.name: m for m in models}
+        return pool
+
+    # -- lookup -------------------------------------------------------------------
+    @property
+    def names(self) -> list[str]:
+        return list(self.specs)
+
+    @property
+    def orchestrator(self) -> str:
+        return self.config.orchestrator or self.names[0]
+
+    @property
+    def synthesizer(self) -> str:
+        return self.config.synthesizer or self.orchestrator
+
+    @property
+    def executor(self) -> str:
+        """The model agent tools run on when the orchestrator names none."""
+        return self.config.executor or self.orchestrator
+
+    def spec(self, name: str) -> ModelSpec:
+        try:
+            return self.specs[name]
+        except KeyError:
+            raise ModelNotFoundError(
+                f"model '{name}' is not in the pool ({self.source}); known: {', '.join(self.names)}"
+            ) from None
+
+    def get(self, name: str) -> Model:
+        """The model object for ``name``, created on first use."""
+        model = self._models.get(name)
+        if model is None:
+            spec = self.spec(name)
+            model = _create(spec)
+            self._models[name] = model
+        return model
+
+    def _limit(self, name: str) -> asyncio.Semaphore:
+        sem = self._limits.get(name)
+        if sem is None:
+            sem = asyncio.Semaphore(self.spec(name).max_concurrency)
+            self._limits[name] = sem
+        return sem
+
+    async def complete(self, name: str, messages: Sequence[Message], config: GenerateConfig) -> Completion:
+        """One completion from model ``name``, within that model's concurrency limit."""
+        model = self.get(name)
+        async with self._limit(name):
+            return await model.complete(messages, config)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Rows for ``orchestrion pool`` and for orchestrator prompts."""
+        return [
+            {
+                "name": s.name,
+                "backend": s.backend,
+                "tier": s.tier,
+                "context": s.context_size,
+                "price_in": None if s.price is None else s.price.input_per_mtok,
+                "price_out": None if s.price is None else s.price.output_per_mtok,
+                "concurrency": s.max_concurrency,
+                "description": s.description,
+            }
+            for s in self.specs.values()
+        ]
+
+    async def aclose(self) -> None:
+        for model in self._models.values():
+            await model.aclose()
+
+
+def _create(spec: ModelSpec) -> Model:
+    entry = _BACKENDS.get(spec.backend)
+    if entry is None:
+        raise ConfigError(f"model '{spec.name}': backend '{spec.backend}' cannot be built from YAML")
+    module_name, factory, extra = entry
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        hint = f"pip install 'orchestrion[{extra}]'" if extra else "reinstall orchestrion"
+        raise ConfigError(f"model '{spec.name}' needs backend '{spec.backend}' ({exc}); {hint}") from None
+    model: Model = getattr(module, factory)(spec)
+    return model

@@ -1,0 +1,100 @@
+"""Budgets: limits on tokens, dollars, cost units, steps, rounds, sub-agents and wall time.
+
+The tracker lives in one episode's context. Work checks it before it starts a
+model or tool call; going over raises :class:`BudgetExceededError`, which the
+episode runner turns into the status ``budget_exceeded`` with the trace kept.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .._errors import BudgetExceededError, ConfigError
+from ..models._types import Usage
+
+
+class Budget(BaseModel):
+    """Limits for one episode; ``None`` means no limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tokens: int | None = Field(default=None, gt=0)
+    cost_usd: float | None = Field(default=None, gt=0)
+    cost_units: float | None = Field(default=None, gt=0)
+    steps: int | None = Field(default=None, gt=0, description="model calls plus tool calls")
+    rounds: int | None = Field(default=None, gt=0)
+    subagents: int | None = Field(default=None, gt=0)
+    wall_s: float | None = Field(default=None, gt=0)
+
+    @classmethod
+    def parse_cli(cls, items: list[str]) -> "Budget":
+        """Parse ``["tokens=2000", "wall_s=30"]`` as given to ``--budget``."""
+        values: dict[str, str] = {}
+        for item in items:
+            key, sep, value = item.partition("=")
+            if not sep or key.strip() not in cls.model_fields:
+                raise ConfigError(
+                    f"--budget '{item}': expected NAME=VALUE with NAME one of {', '.join(cls.model_fields)}"
+                )
+            values[key.strip()] = value.strip()
+        try:
+            return cls.model_validate(values)
+        except ValueError as exc:
+            raise ConfigError(f"--budget: {exc}".splitlines()[0]) from None
+
+
+class BudgetTracker:
+    """What one episode has spent against its :class:`Budget`."""
+
+    def __init__(self, budget: Budget | None = None) -> None:
+        self.budget = budget or Budget()
+        self.usage = Usage()
+        self.steps = 0
+        self.rounds = 0
+        self.subagents = 0
+        self.started = time.monotonic()
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def charge(self, usage: Usage) -> None:
+        self.usage.add(usage)
+
+    def step(self) -> None:
+        """Count one model or tool call, after checking every limit."""
+        self.check()
+        self.steps += 1
+
+    def new_round(self) -> None:
+        self.check()
+        self.rounds += 1
+        self._over("rounds", self.rounds, self.budget.rounds, strict=True)
+
+    def new_subagent(self) -> None:
+        self.check()
+        self.subagents += 1
+        self._over("subagents", self.subagents, self.budget.subagents, strict=True)
+
+    def check(self) -> None:
+        b = self.budget
+        self._over("tokens", self.usage.total_tokens, b.tokens)
+        if self.usage.cost_usd is not None:
+            self._over("cost_usd", self.usage.cost_usd, b.cost_usd)
+        self._over("cost_units", self.usage.cost_units, b.cost_units)
+        self._over("steps", self.steps, b.steps)
+        self._over("wall_s", self.elapsed_s, b.wall_s)
+
+    @staticmethod
+    def _over(name: str, used: float, allowed: float | None, strict: bool = False) -> None:
+        if allowed is None:
+            return
+        if used > allowed if strict else used >= allowed:
+            raise BudgetExceededError(name, used, allowed)
+
+    def remaining_tokens(self) -> int | None:
+        if self.budget.tokens is None:
+            return None
+        return max(0, self.budget.tokens - self.usage.total_tokens)

@@ -1,0 +1,186 @@
+"""The run context: the one door through which strategies reach models and tools.
+
+Every model call, orchestrator decision and tool call goes through here, so
+tracing, budgets, cost roll-up and concurrency limits are applied once, in
+one place, for every strategy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from ..models._types import Completion, GenerateConfig, Message, Usage
+from ..models.pool import Pool
+from ..models.structured import parse_as, repair_messages, schema_prompt
+from ..tools.envelope import ToolResult, ToolStatus
+from ..tools.registry import ToolRegistry
+from ..trace.tracer import Tracer
+from .budget import BudgetTracker
+
+T = TypeVar("T", bound=BaseModel)
+R = TypeVar("R")
+
+ORCHESTRATOR_CONFIG = GenerateConfig(max_tokens=384, temperature=0.7)
+
+
+@dataclass
+class Decision(Generic[T]):
+    """One orchestrator decision: the parsed action (or ``None``) and every attempt made."""
+
+    action: T | None
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def valid(self) -> bool:
+        return self.action is not None
+
+    @property
+    def invalid_attempts(self) -> int:
+        return sum(1 for a in self.attempts if not a["valid"])
+
+
+class RunContext:
+    """Pool, tools, tracer and budget for one episode, plus strategy options."""
+
+    def __init__(
+        self,
+        pool: Pool,
+        tools: ToolRegistry,
+        tracer: Tracer,
+        budget: BudgetTracker,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self.pool = pool
+        self.tools = tools
+        self.tracer = tracer
+        self.budget = budget
+        self.options: dict[str, Any] = dict(options or {})
+
+    def option(self, name: str, default: Any) -> Any:
+        """A strategy option: CLI/API value first, then the pool's strategy YAML, then ``default``."""
+        if name in self.options and self.options[name] is not None:
+            return self.options[name]
+        return default
+
+    async def parallel(self, work: Iterable[Awaitable[R]]) -> list[R]:
+        """Run awaitables concurrently, at most ``max_parallel`` at once (option; default unbounded).
+
+        ``--max-parallel 1`` turns any parallel strategy into its serial variant.
+        """
+        limit = self.option("max_parallel", None)
+        items = list(work)
+        if not limit or int(limit) >= len(items):
+            return list(await asyncio.gather(*items))
+        gate = asyncio.Semaphore(int(limit))
+
+        async def gated(item: Awaitable[R]) -> R:
+            async with gate:
+                return await item
+
+        return list(await asyncio.gather(*(gated(i) for i in items)))
+
+    # -- model calls ---------------------------------------------------------------
+    async def generate(
+        self,
+        messages: list[Message],
+        *,
+        model: str | None = None,
+        config: GenerateConfig | None = None,
+        name: str = "generate",
+    ) -> Completion:
+        """One traced, budgeted model call."""
+        model_name = model or self.pool.orchestrator
+        cfg = config or GenerateConfig()
+        self.budget.step()
+        remaining = self.budget.remaining_tokens()
+        if remaining is not None and remaining < cfg.max_tokens:
+            cfg = replace(cfg, max_tokens=max(1, remaining))
+        with self.tracer.span("call", model_name, purpose=name, messages=messages) as span:
+            completion = await self.pool.complete(model_name, messages, cfg)
+            span.set(
+                output=completion.text,
+                latency_s=completion.latency_s,
+                finish_reason=completion.finish_reason,
+                structured_mode=completion.structured_mode,
+            )
+            span.charge(completion.usage)
+            self.budget.charge(completion.usage)
+        return completion
+
+    async def decide(
+        self,
+        schema: type[T],
+        messages: list[Message],
+        *,
+        model: str | None = None,
+        config: GenerateConfig | None = None,
+        max_repairs: int = 2,
+        name: str = "decision",
+        json_schema: dict[str, Any] | None = None,
+    ) -> Decision[T]:
+        """An orchestrator action validated against ``schema``; invalid outputs are recorded and repaired."""
+        model_name = model or self.pool.orchestrator
+        json_schema = json_schema or schema.model_json_schema()
+        base = config or ORCHESTRATOR_CONFIG
+        cfg = replace(base, json_schema=json_schema)
+        convo = list(messages)
+        if not self.pool.get(model_name).constrains_json:
+            convo = [*convo[:-1], {**convo[-1], "content": convo[-1]["content"] + "\n\n" + schema_prompt(json_schema)}]
+        decision: Decision[T] = Decision(action=None)
+        with self.tracer.span("decision", name, model=model_name, schema=schema.__name__) as span:
+            for attempt in range(max_repairs + 1):
+                completion = await self.generate(convo, model=model_name, config=cfg, name=name)
+                record: dict[str, Any] = {
+                    "attempt": attempt,
+                    "model": model_name,
+                    "schema_name": schema.__name__,
+                    "messages": convo,
+                    "prompt_token_ids": completion.prompt_token_ids,
+                    "output": completion.text,
+                    "token_ids": completion.token_ids,
+                    "logprobs": completion.logprobs,
+                }
+                try:
+                    action = parse_as(schema, completion.text)
+                except ValueError as exc:
+                    record.update(valid=False, error=str(exc), action=None)
+                    decision.error = str(exc)
+                    convo = repair_messages(convo, completion.text, str(exc))
+                else:
+                    record.update(valid=True, error=None, action=action.model_dump(mode="json"))
+                    decision.action = action
+                    decision.error = None
+                decision.attempts.append(record)
+                self.tracer.decision(span, record)
+                if decision.valid:
+                    break
+            span.set(valid=decision.valid, attempts=len(decision.attempts), error=decision.error)
+            if not decision.valid:
+                span.status = "invalid"
+        return decision
+
+    # -- tool calls ----------------------------------------------------------------
+    async def call_tool(
+        self, name: str, args: dict[str, Any] | None, *, model: str | None = None, label: str | None = None
+    ) -> ToolResult:
+        """One traced tool or agent-tool call; always returns an envelope."""
+        self.budget.step()
+        kind = "agent" if name in self.tools and self.tools.get(name).kind == "agent" else "tool"
+        with self.tracer.span(kind, label or name, tool=name, args=args, model=model) as span:
+            result = await self.tools.call(name, args, self, model=model)
+            units = Usage(cost_units=result.cost_units)
+            span.charge(units)
+            self.budget.charge(units)
+            span.set(status=result.status.value, output=result.output[:4000], error=result.error)
+            span.status = result.status.value
+        if result.status is ToolStatus.OK:
+            result.input_tokens = result.input_tokens or span.usage.input_tokens
+            result.output_tokens = result.output_tokens or span.usage.output_tokens
+            result.cost_usd = span.usage.cost_usd
+        return result

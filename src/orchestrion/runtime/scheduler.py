@@ -1,0 +1,128 @@
+"""The DAG scheduler: every ready node runs at once, within limits.
+
+A node becomes ready when all its dependencies have finished well. Nodes whose
+dependency failed are skipped with that reason. Per-model concurrency is
+enforced by the pool; this module adds an optional global parallelism cap,
+per-node timeouts and clean cancellation of everything still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .._errors import PlanError
+
+NodeStatus = Literal["ok", "error", "timeout", "cancelled", "skipped"]
+NodeFn = Callable[[Mapping[str, Any]], Awaitable[Any]]
+
+
+@dataclass
+class Node:
+    """One unit of work; ``run`` receives the values of its dependencies by id."""
+
+    id: str
+    run: NodeFn
+    deps: tuple[str, ...] = ()
+    timeout_s: float | None = None
+
+
+@dataclass
+class NodeResult:
+    id: str
+    status: NodeStatus
+    value: Any = None
+    error: str | None = None
+    started: float | None = None
+    ended: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def topological_order(nodes: Mapping[str, Iterable[str]]) -> list[str]:
+    """Kahn's algorithm in O(V+E); raises PlanError naming a missing dependency or a cycle."""
+    deps = {n: list(d) for n, d in nodes.items()}
+    for n, ds in deps.items():
+        for d in ds:
+            if d not in deps:
+                raise PlanError(f"node '{n}' depends on unknown node '{d}'")
+    indegree = {n: len(ds) for n, ds in deps.items()}
+    children: dict[str, list[str]] = {n: [] for n in deps}
+    for n, ds in deps.items():
+        for d in ds:
+            children[d].append(n)
+    ready = [n for n, k in indegree.items() if k == 0]
+    order: list[str] = []
+    while ready:
+        n = ready.pop()
+        order.append(n)
+        for c in children[n]:
+            indegree[c] -= 1
+            if indegree[c] == 0:
+                ready.append(c)
+    if len(order) != len(deps):
+        stuck = sorted(n for n in deps if n not in set(order))
+        raise PlanError(f"plan has a cycle among nodes: {', '.join(stuck)}")
+    return order
+
+
+async def run_dag(nodes: Iterable[Node], *, max_parallel: int | None = None) -> dict[str, NodeResult]:
+    """Run a DAG; returns one result per node. Cancelling the caller cancels every running node."""
+    by_id: dict[str, Node] = {}
+    for node in nodes:
+        if node.id in by_id:
+            raise PlanError(f"duplicate node id '{node.id}'")
+        by_id[node.id] = node
+    topological_order({n.id: n.deps for n in by_id.values()})
+    results: dict[str, NodeResult] = {}
+    gate = asyncio.Semaphore(max_parallel) if max_parallel else None
+    running: dict[asyncio.Task[NodeResult], str] = {}
+
+    async def execute(node: Node) -> NodeResult:
+        inputs = {d: results[d].value for d in node.deps}
+        if gate is not None:
+            await gate.acquire()
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(node.timeout_s):
+                value = await node.run(inputs)
+            return NodeResult(node.id, "ok", value, started=started, ended=time.perf_counter())
+        except TimeoutError:
+            return NodeResult(node.id, "timeout", error=f"timed out after {node.timeout_s:g}s", started=started, ended=time.perf_counter())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            return NodeResult(node.id, "error", error=f"{type(exc).__name__}: {exc}", started=started, ended=time.perf_counter())
+        finally:
+            if gate is not None:
+                gate.release()
+
+    def launch_ready() -> None:
+        for node in by_id.values():
+            if node.id in results or node.id in running.values():
+                continue
+            if any(d not in results for d in node.deps):
+                continue
+            bad = [d for d in node.deps if results[d].status != "ok"]
+            if bad:
+                results[node.id] = NodeResult(node.id, "skipped", error=f"dependency '{bad[0]}' {results[bad[0]].status}")
+                launch_ready()
+                return
+            running[asyncio.create_task(execute(node), name=f"node:{node.id}")] = node.id
+
+    launch_ready()
+    try:
+        while running:
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                node_id = running.pop(task)
+                results[node_id] = task.result()
+            launch_ready()
+    except asyncio.CancelledError:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        raise
+    return results

@@ -1,0 +1,3 @@
+"""Imports every built-in strategy module so that each registers itself."""
+
+from . import baselines, para  # noqa: F401

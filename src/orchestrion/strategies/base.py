@@ -1,0 +1,67 @@
+"""Strategies: orchestration policies over the runtime, registered by name."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field
+
+from .._errors import StrategyNotFoundError
+from ..runtime.context import RunContext
+
+
+class Task(BaseModel):
+    """What a user asks: a prompt, optional reference answer and metadata."""
+
+    prompt: str = Field(min_length=1)
+    id: str | None = None
+    answer: str | None = None
+    choices: list[str] | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass
+class Answer:
+    """What a strategy returns. ``status`` is ``ok`` or why the answer is partial."""
+
+    text: str
+    status: str = "ok"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+class Strategy(ABC):
+    """An orchestration policy. Subclasses set ``name``, ``summary`` and ``paper``."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    paper: ClassVar[str] = "baseline"
+
+    @abstractmethod
+    async def solve(self, task: Task, ctx: RunContext) -> Answer:
+        """Solve ``task`` using only the run context's models and tools."""
+
+
+_REGISTRY: dict[str, type[Strategy]] = {}
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    """Class decorator: make a strategy available by its ``name``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def strategies() -> dict[str, type[Strategy]]:
+    from . import _builtin  # noqa: F401  (registers the built-in strategies)
+
+    return dict(_REGISTRY)
+
+
+def get_strategy(name: str) -> Strategy:
+    found = strategies().get(name)
+    if found is None:
+        raise StrategyNotFoundError(
+            f"unknown strategy '{name}'; choose one of: {', '.join(sorted(strategies()))}"
+        )
+    return found()

@@ -1,0 +1,94 @@
+"""ParaManager: multi-round parallel orchestration over one Agent-as-Tool action space.
+
+Each round the orchestrator reads the task and the structured feedback of all
+earlier calls (status OK / EXEC_ERROR / TIMEOUT / ...), then either issues up to
+``max_calls`` calls (tools and agent tools alike, each optionally on a chosen pool
+model) that run concurrently, or sets ``final``. A synthesis model then turns the
+whole trajectory into the answer. Paper defaults: 12 rounds, 4 calls per round.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._prompts import render
+from ..models._types import GenerateConfig, msg
+from ..runtime.context import RunContext
+from ..runtime.protocol import Call, ParaAction, narrow
+from ..tools.envelope import ToolResult
+from .base import Answer, Strategy, Task, register
+
+
+@register
+class Para(Strategy):
+    name = "para"
+    summary = "ParaManager: rounds of up to 4 parallel calls over agents and tools, then answer synthesis"
+    paper = "ParaManager (paramanager.txt)"
+
+    async def solve(self, task: Task, ctx: RunContext) -> Answer:
+        max_rounds = int(ctx.option("max_rounds", 12))
+        max_calls = int(ctx.option("max_calls", 4))
+        system = msg("system", render(
+            "para_system",
+            max_calls=max_calls,
+            tools="\n".join(f"- {t.signature()}" for t in ctx.tools.tools()),
+            models="\n".join(_model_line(row) for row in ctx.pool.describe()),
+        ))
+        schema = narrow(ParaAction.model_json_schema(), {"tool": ctx.tools.names, "model": ctx.pool.names}, drop=("args",))
+        schema["properties"]["calls"]["maxItems"] = max_calls
+        history: list[str] = []
+        results: list[tuple[Call, ToolResult]] = []
+        invalid = 0
+        for rnd in range(1, max_rounds + 1):
+            ctx.budget.new_round()
+            with ctx.tracer.span("round", f"round {rnd}"):
+                prompt = render("para_round", task=task.prompt, history=_recent(history), round=rnd, max_rounds=max_rounds)
+                decision = await ctx.decide(ParaAction, [system, msg("user", prompt)], json_schema=schema, name=f"round {rnd}")
+                if decision.action is None:
+                    invalid += 1
+                    history.append(f"Round {rnd}: your reply was not a valid action ({decision.error}).")
+                    continue
+                action = decision.action
+                if action.final or not action.calls:
+                    break
+                calls = action.calls[:max_calls]
+                outcomes = await ctx.parallel(self._run_call(ctx, call) for call in calls)
+                for i, (call, result) in enumerate(zip(calls, outcomes), 1):
+                    results.append((call, result))
+                    where = f" on {call.model}" if call.model else ""
+                    history.append(f"Round {rnd} call {i}: {call.tool}{where} <- {call.input[:120]!r} -> {result.feedback(300)}")
+        text = await synthesize(task, [f"{c.tool}: {r.feedback(600)}" for c, r in results], ctx)
+        return Answer(text, meta={"rounds": rnd, "calls": len(results), "invalid_decisions": invalid})
+
+    @staticmethod
+    async def _run_call(ctx: RunContext, call: Call) -> ToolResult:
+        args: dict[str, Any] | None = call.args
+        if args is None and call.tool in ctx.tools:
+            args = ctx.tools.get(call.tool).args_from_input(call.input)
+        return await ctx.call_tool(call.tool, args, model=call.model)
+
+
+async def synthesize(task: Task, results: list[str], ctx: RunContext) -> str:
+    """Turn a trajectory's results into the final answer on the synthesis model."""
+    body = "\n".join(f"- {r}" for r in results[-12:]) or "- (no results; answer from your own knowledge)"
+    out = await ctx.generate(
+        [msg("user", render("synthesize", task=task.prompt, results=body))],
+        model=str(ctx.option("synthesizer", ctx.pool.synthesizer)),
+        config=GenerateConfig(max_tokens=int(ctx.option("max_tokens", 256))),
+        name="synthesis",
+    )
+    return out.text.strip()
+
+
+def _recent(history: list[str], keep: int = 8) -> str:
+    if not history:
+        return "No calls yet."
+    shown = history[-keep:]
+    skipped = len(history) - len(shown)
+    head = f"({skipped} earlier results omitted)\n" if skipped else ""
+    return "Results so far:\n" + head + "\n".join(shown) + "\n"
+
+
+def _model_line(row: dict[str, Any]) -> str:
+    price = "price unknown" if row["price_in"] is None else f"${row['price_in']}/{row['price_out']} per Mtok"
+    return f"- {row['name']} (tier {row['tier']}, {price}): {row['description']}"

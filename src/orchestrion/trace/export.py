@@ -1,0 +1,51 @@
+"""JSONL export: one line per episode with its spans, events and decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from .store import TraceStore
+
+_JSON_FIELDS = ("attrs", "data", "task", "meta", "messages", "prompt_token_ids", "token_ids", "logprobs", "action")
+
+
+def _decode(row: dict[str, Any]) -> dict[str, Any]:
+    out = dict(row)
+    for key in _JSON_FIELDS:
+        if isinstance(out.get(key), str):
+            try:
+                out[key] = orjson.loads(out[key])
+            except orjson.JSONDecodeError:
+                pass
+    return out
+
+
+def episode_record(store: TraceStore, episode_id: str) -> dict[str, Any]:
+    ep = store.episode(episode_id)
+    if ep is None:
+        return {}
+    record = _decode(ep)
+    record["spans"] = [_decode(s) for s in store.spans(ep["id"])]
+    record["events"] = [_decode(e) for e in store.events(ep["id"])]
+    record["decisions"] = [_decode(d) for d in store.decisions(ep["id"])]
+    return record
+
+
+def export_jsonl(store: TraceStore, episode_ids: Iterable[str], out: Path | IO[bytes]) -> int:
+    """Write one JSON line per episode; returns the number written."""
+    count = 0
+    handle: IO[bytes] = open(out, "wb") if isinstance(out, Path) else out  # noqa: SIM115
+    try:
+        for eid in episode_ids:
+            record = episode_record(store, eid)
+            if record:
+                handle.write(orjson.dumps(record, default=str) + b"\n")
+                count += 1
+    finally:
+        if isinstance(out, Path):
+            handle.close()
+    return count

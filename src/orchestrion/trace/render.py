@@ -1,0 +1,81 @@
+"""Render an episode as a tree: decisions, parallel calls with start/end times, statuses, costs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from rich.tree import Tree
+
+from .._errors import TraceError
+from .store import TraceStore
+
+
+def _cost(value: float | None) -> str:
+    return "cost unknown" if value is None else f"${value:.6f}"
+
+
+def _label(span: dict[str, Any], t0: float) -> str:
+    start = span["started"] - t0
+    end = (span["ended"] - t0) if span["ended"] is not None else None
+    when = f"{start:7.3f}s → {end:7.3f}s" if end is not None else f"{start:7.3f}s → (unfinished)"
+    attrs = orjson.loads(span["attrs"] or "{}")
+    detail = ""
+    if span["kind"] in ("tool", "agent"):
+        model = f" on {attrs['model']}" if attrs.get("model") else ""
+        detail = f"{model} args={_short(attrs.get('args'))}"
+    elif span["kind"] == "call":
+        detail = f" [{attrs.get('purpose', '')}] → {_short(attrs.get('output'))}"
+    elif span["kind"] == "decision":
+        detail = f" valid={attrs.get('valid')} attempts={attrs.get('attempts')}"
+    tokens = f"{span['input_tokens']}+{span['output_tokens']} tok"
+    return (
+        f"[bold]{span['kind']}[/bold] {span['name']}{detail}  "
+        f"[dim]{when}[/dim]  status={span['status']}  {tokens}  {_cost(span['cost_usd'])}"
+        + (f"  units={span['cost_units']:g}" if span["cost_units"] else "")
+    )
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    text = text.replace("\n", " ")
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def episode_tree(store: TraceStore, episode_id: str) -> Tree:
+    """A rich Tree of the episode's spans; raises TraceError for an unknown id."""
+    ep = store.episode(episode_id)
+    if ep is None:
+        raise TraceError(f"no episode with trace id '{episode_id}' in {store.path}; list ids with `orchestrion trace list`")
+    spans = store.spans(ep["id"])
+    finished = "finished" if ep["finished"] else "UNFINISHED (interrupted)"
+    root = Tree(
+        f"[bold]episode {ep['id']}[/bold] strategy={ep['strategy']} status={ep['status']} ({finished})  "
+        f"{ep['input_tokens']}+{ep['output_tokens']} tok  {_cost(ep['cost_usd'])}"
+    )
+    if ep["answer"]:
+        root.add(f"answer: {_short(ep['answer'], 200)}")
+    if ep["error"]:
+        root.add(f"[red]error: {ep['error']}[/red]")
+    t0 = ep["started"]
+    nodes: dict[str | None, Tree] = {}
+    children: dict[str | None, list[dict[str, Any]]] = {}
+    for span in spans:
+        children.setdefault(span["parent_id"], []).append(span)
+
+    def add(parent_id: str | None, into: Tree) -> None:
+        for span in children.get(parent_id, []):
+            branch = into.add(_label(span, t0))
+            nodes[span["id"]] = branch
+            add(span["id"], branch)
+
+    add(None, root)
+    return root
+
+
+def list_episodes(store: TraceStore, limit: int = 20) -> list[dict[str, Any]]:
+    return store.query(
+        "SELECT id, strategy, status, finished, started, input_tokens, output_tokens, cost_usd, substr(task, 1, 200) AS task "
+        "FROM episodes ORDER BY started DESC LIMIT ?",
+        (limit,),
+    )

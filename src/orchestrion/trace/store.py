@@ -1,0 +1,189 @@
+"""The SQLite trace store with a background writer.
+
+Writes never block the event loop: callers enqueue statements and a single
+writer thread applies them in batched transactions. ``flush()`` waits until
+everything enqueued so far is committed; an episode counts as finished only
+once its closing update has been committed (``episodes.finished = 1``).
+Reads use their own short-lived connections (WAL mode lets them run beside
+the writer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import queue
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .._errors import TraceError
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY, created REAL, kind TEXT, config TEXT, status TEXT
+);
+CREATE TABLE IF NOT EXISTS episodes (
+    id TEXT PRIMARY KEY, run_id TEXT, task_id TEXT, epoch INTEGER DEFAULT 0, strategy TEXT,
+    task TEXT, status TEXT, answer TEXT, error TEXT, started REAL, ended REAL,
+    input_tokens INTEGER DEFAULT 0, output_tokens INTEGER DEFAULT 0, cost_usd REAL,
+    cost_units REAL DEFAULT 0, finished INTEGER DEFAULT 0, meta TEXT
+);
+CREATE INDEX IF NOT EXISTS episodes_run ON episodes(run_id, task_id, epoch);
+CREATE TABLE IF NOT EXISTS spans (
+    id TEXT PRIMARY KEY, episode_id TEXT, parent_id TEXT, kind TEXT, name TEXT,
+    started REAL, ended REAL, status TEXT, input_tokens INTEGER DEFAULT 0,
+    output_tokens INTEGER DEFAULT 0, cost_usd REAL, cost_units REAL DEFAULT 0, attrs TEXT
+);
+CREATE INDEX IF NOT EXISTS spans_episode ON spans(episode_id);
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, episode_id TEXT, span_id TEXT, ts REAL,
+    kind TEXT, data TEXT
+);
+CREATE INDEX IF NOT EXISTS events_episode ON events(episode_id);
+CREATE TABLE IF NOT EXISTS decisions (
+    id TEXT PRIMARY KEY, episode_id TEXT, span_id TEXT, seq INTEGER, attempt INTEGER,
+    model TEXT, schema_name TEXT, messages TEXT, prompt_token_ids TEXT, output TEXT,
+    token_ids TEXT, logprobs TEXT, action TEXT, error TEXT, valid INTEGER, ts REAL
+);
+CREATE INDEX IF NOT EXISTS decisions_episode ON decisions(episode_id);
+"""
+
+_Stmt = tuple[str, Sequence[Any]]
+_Marker = threading.Event | tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
+_STOP = object()
+
+
+def default_db_path() -> Path:
+    """``$ORCHESTRION_DB`` or ``~/.orchestrion/traces.db``."""
+    env = os.environ.get("ORCHESTRION_DB")
+    return Path(env) if env else Path.home() / ".orchestrion" / "traces.db"
+
+
+class TraceStore:
+    """A trace database file plus the thread that writes to it."""
+
+    def __init__(self, path: str | Path | None = None, *, batch_max: int = 1000, linger_s: float = 0.02) -> None:
+        self.path = Path(path) if path is not None else default_db_path()
+        self._batch_max = batch_max
+        self._linger_s = linger_s
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._connect() as conn:
+                conn.executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise TraceError(f"trace store {self.path}: cannot open ({exc}); set ORCHESTRION_DB or --db to a writable file") from None
+        self._queue: queue.Queue[object] = queue.Queue()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._writer, name="orchestrion-trace-writer", daemon=True)
+        self._thread.start()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(self.path, timeout=30, check_same_thread=False)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        return conn
+
+    # -- writing ----------------------------------------------------------------
+    def submit(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Enqueue one statement; it is committed by the writer thread soon after."""
+        if self._error is not None:
+            raise TraceError(f"trace store {self.path}: writer failed: {self._error}")
+        self._queue.put((sql, params))
+
+    def flush(self, timeout_s: float = 30.0) -> None:
+        """Block until every statement enqueued before this call is committed."""
+        done = threading.Event()
+        self._queue.put(done)
+        if not done.wait(timeout_s):
+            raise TraceError(f"trace store {self.path}: flush timed out after {timeout_s:g}s")
+        self._raise_if_failed()
+
+    async def aflush(self) -> None:
+        """Like :meth:`flush`, without blocking the event loop."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        self._queue.put((loop, fut))
+        await fut
+        self._raise_if_failed()
+
+    def _raise_if_failed(self) -> None:
+        if self._error is not None:
+            raise TraceError(f"trace store {self.path}: writer failed: {self._error}")
+
+    def close(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(_STOP)
+            self._thread.join(timeout=30)
+
+    def _writer(self) -> None:
+        conn = self._connect()
+        stop = False
+        while not stop:
+            item = self._queue.get()
+            batch: list[object] = [item]
+            # linger briefly so that bursts become one transaction
+            try:
+                while len(batch) < self._batch_max:
+                    batch.append(self._queue.get(timeout=self._linger_s if len(batch) == 1 else 0))
+            except queue.Empty:
+                pass
+            markers: list[_Marker] = []
+            try:
+                with conn:
+                    for entry in batch:
+                        if entry is _STOP:
+                            stop = True
+                        elif isinstance(entry, threading.Event):
+                            markers.append(entry)
+                        elif isinstance(entry, tuple) and isinstance(entry[0], asyncio.AbstractEventLoop):
+                            markers.append(entry)
+                        else:
+                            sql, params = entry  # type: ignore[misc]
+                            conn.execute(sql, params)
+            except sqlite3.Error as exc:
+                self._error = exc
+            for marker in markers:
+                if isinstance(marker, threading.Event):
+                    marker.set()
+                else:
+                    loop, fut = marker
+                    loop.call_soon_threadsafe(_resolve, fut)
+        conn.close()
+
+    # -- reading ----------------------------------------------------------------
+    @contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        conn = self._connect()
+        conn.row_factory = sqlite3.Row
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        with self.read() as conn:
+            return [dict(r) for r in conn.execute(sql, params).fetchall()]
+
+    def episode(self, episode_id: str) -> dict[str, Any] | None:
+        rows = self.query("SELECT * FROM episodes WHERE id = ? OR id LIKE ?", (episode_id, episode_id + "%"))
+        if len(rows) > 1:
+            raise TraceError(f"trace id prefix '{episode_id}' matches {len(rows)} episodes; give more characters")
+        return rows[0] if rows else None
+
+    def spans(self, episode_id: str) -> list[dict[str, Any]]:
+        return self.query("SELECT * FROM spans WHERE episode_id = ? ORDER BY started, rowid", (episode_id,))
+
+    def events(self, episode_id: str) -> list[dict[str, Any]]:
+        return self.query("SELECT * FROM events WHERE episode_id = ? ORDER BY id", (episode_id,))
+
+    def decisions(self, episode_id: str) -> list[dict[str, Any]]:
+        return self.query("SELECT * FROM decisions WHERE episode_id = ? ORDER BY seq, attempt", (episode_id,))
+
+
+def _resolve(fut: "asyncio.Future[None]") -> None:
+    if not fut.done():
+        fut.set_result(None)
