@@ -171,7 +171,8 @@ class FakeOpenAIServer:
                 headers = {} if self.retry_after is None else {"Retry-After": f"{self.retry_after:g}"}
                 return _error(self.fail_status, f"simulated failure of request {n}", headers)
             kind = (body.get("response_format") or {}).get("type")
-            if (kind == "json_schema" and self.reject_json_schema) or (kind == "json_object" and self.reject_json_object):
+            rejected = {"json_schema": self.reject_json_schema, "json_object": self.reject_json_object}
+            if rejected.get(kind or ""):
                 return _error(400, f"response_format type '{kind}' is not supported", param="response_format")
             reply = self._next_reply(body)
             if reply.status != 200:
@@ -254,6 +255,8 @@ def run_in_process(*args: str, port: int = 0) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 async def _serve(server: FakeOpenAIServer) -> None:

@@ -1,14 +1,11 @@
 """The ``openai-api`` backend: any OpenAI-compatible chat-completions server.
 
-Speaks the wire protocol directly over aiohttp with orjson. The official SDK costs
-2-3 ms of CPU per call, which serialises large fan-outs; this client keeps one
-``ClientSession`` per event loop (created lazily, unbounded connection pool) and
-builds nothing heavy per call.
-
-Failures are one-line :class:`ModelError` subclasses: a rejected request (4xx other
-than 429) fails at once; 429, 5xx, connection errors and timeouts are retried with
-exponential backoff and jitter (``Retry-After`` honoured, capped), then raise
-:class:`ModelUnavailableError`. A missing API-key variable is a :class:`ConfigError`.
+Speaks the wire protocol over aiohttp + orjson (the official SDK costs 2-3 ms CPU per
+call): one lazily made ``ClientSession`` per event loop, unbounded connection pool.
+Each failure is a one-line :class:`ModelError`: a 4xx other than 429 fails at once; 429,
+5xx, connection errors and timeouts are retried with exponential backoff and jitter
+(``Retry-After`` honoured, capped), then raise :class:`ModelUnavailableError`.
+A missing API-key variable is a :class:`ConfigError`.
 """
 
 from __future__ import annotations
@@ -37,6 +34,11 @@ StructuredMode = Literal["auto", "json_schema", "json_object", "prompt"]
 _AUTO_ORDER: tuple[str, ...] = ("json_schema", "json_object", "prompt")
 _FALLBACK_HINTS = ("response_format", "json_schema", "json_object", "structured", "guided", "grammar")
 _JSON_HEADERS = {"Content-Type": "application/json"}
+_HINTS = {
+    401: "; check the API key in {key}",
+    403: "; check the API key in {key}",
+    404: "; check base_url and the model id '{model}'",
+}
 
 
 class _Rejected(ModelError):
@@ -62,20 +64,10 @@ class OpenAIAPIModel:
     constrains_json: bool = True
 
     def __init__(
-        self,
-        name: str,
-        base_url: str,
-        *,
-        model: str | None = None,
-        api_key_env: str | None = None,
-        timeout_s: float = 120.0,
-        max_retries: int = 3,
-        structured: StructuredMode = "auto",
-        price: Price | None = None,
-        backoff_s: float = 0.5,
-        max_backoff_s: float = 8.0,
-        max_retry_after_s: float = 30.0,
-        extra_body: Mapping[str, Any] | None = None,
+        self, name: str, base_url: str, *, model: str | None = None, api_key_env: str | None = None,
+        timeout_s: float = 120.0, max_retries: int = 3, structured: StructuredMode = "auto",
+        price: Price | None = None, backoff_s: float = 0.5, max_backoff_s: float = 8.0,
+        max_retry_after_s: float = 30.0, extra_body: Mapping[str, Any] | None = None,
     ) -> None:
         self.name = name
         self.base_url = base_url.rstrip("/")
@@ -99,9 +91,6 @@ class OpenAIAPIModel:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
-
-    def __repr__(self) -> str:
-        return f"OpenAIAPIModel({self.name!r}, {self.base_url!r}, model={self.server_model!r})"
 
     @property
     def structured_mode(self) -> str:
@@ -195,7 +184,10 @@ class OpenAIAPIModel:
                 async with resp:
                     message = _error_message(await resp.read(), resp.reason)
                 if resp.status != 429 and resp.status < 500:
-                    raise self._rejected(resp.status, message)
+                    key = f"${self.api_key_env}" if self.api_key_env else "the variable named by api_key_env (none set)"
+                    hint = _HINTS.get(resp.status, "").format(key=key, model=self.server_model)
+                    text = f"model '{self.name}' at {self.url} rejected the request (HTTP {resp.status}): {message}"
+                    raise _Rejected(text + hint, resp.status, message)
                 kind, problem = "failing", f"HTTP {resp.status}: {message}"
                 wait = _retry_after(resp.headers, self.max_retry_after_s)
                 delay = delay if wait is None else wait
@@ -211,15 +203,6 @@ class OpenAIAPIModel:
         if kind == "failing":
             raise ModelUnavailableError(f"{where} kept failing after {attempts} attempts: {problem}")
         raise ModelUnavailableError(f"{where} is unreachable: {problem}; is the server running?")
-
-    def _rejected(self, status: int, message: str) -> _Rejected:
-        hint = ""
-        if status in (401, 403):
-            hint = f"; check the API key in ${self.api_key_env}" if self.api_key_env else "; set api_key_env"
-        elif status == 404:
-            hint = f"; check base_url and the model id '{self.server_model}'"
-        text = f"model '{self.name}' at {self.url} rejected the request (HTTP {status}): {message}{hint}"
-        return _Rejected(text, status, message)
 
     # -- request and response ---------------------------------------------------------
     def _modes(self, config: GenerateConfig) -> list[str | None]:
@@ -239,11 +222,8 @@ class OpenAIAPIModel:
         schema = config.json_schema
         msgs: list[Message] = list(messages)
         body: dict[str, Any] = {
-            "model": self.server_model,
-            "messages": msgs,
-            "max_tokens": config.max_tokens,
-            "temperature": config.temperature,
-            "top_p": config.top_p,
+            "model": self.server_model, "messages": msgs, "max_tokens": config.max_tokens,
+            "temperature": config.temperature, "top_p": config.top_p,
         }
         if config.seed is not None:
             body["seed"] = config.seed
@@ -253,19 +233,15 @@ class OpenAIAPIModel:
             body["logprobs"] = True
         if schema is not None and mode == "json_schema":
             name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("title") or "output"))[:64]
-            body["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": name, "schema": schema, "strict": False},
-            }
+            spec = {"name": name, "schema": schema, "strict": False}
+            body["response_format"] = {"type": "json_schema", "json_schema": spec}
         elif schema is not None and mode is not None:
             body["messages"] = _with_schema_prompt(msgs, schema)
             if mode == "json_object":
                 body["response_format"] = {"type": "json_object"}
         if stream:
-            body["stream"] = True
-            body["stream_options"] = {"include_usage": True}
-        if self.extra_body:
-            body.update(self.extra_body)
+            body.update(stream=True, stream_options={"include_usage": True})
+        body.update(self.extra_body)
         return orjson.dumps(body)
 
     def _parse(self, raw: bytes, config: GenerateConfig, mode: str | None, start: float) -> Completion:
@@ -278,23 +254,17 @@ class OpenAIAPIModel:
             raise self._invalid(raw) from None
         prompt_ids = obj.get("prompt_token_ids") or choice.get("prompt_token_ids")
         return Completion(
-            text=text,
-            model=self.name,
-            usage=self._usage(obj.get("usage")),
-            latency_s=time.perf_counter() - start,
-            finish_reason=finish,
-            prompt_token_ids=_ints(prompt_ids),
-            token_ids=_ints(choice.get("token_ids")),
+            text, self.name, self._usage(obj.get("usage")), time.perf_counter() - start, finish,
+            prompt_token_ids=_ints(prompt_ids), token_ids=_ints(choice.get("token_ids")),
             logprobs=_logprobs(choice.get("logprobs")) if config.logprobs else None,
-            structured_mode=mode,
-            extra={"server_model": obj.get("model")},
+            structured_mode=mode, extra={"server_model": obj.get("model")},
         )
 
     def _usage(self, usage: Any) -> Usage:
         if not isinstance(usage, dict):  # tokens unknown, so the cost is unknown too
             return Usage(cost_usd=None, calls=1)
-        n_in = int(usage.get("prompt_tokens") or 0)
-        n_out = int(usage.get("completion_tokens") or 0)
+        n_in, n_out = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        n_in, n_out = (n_in if isinstance(n_in, int) else 0), (n_out if isinstance(n_out, int) else 0)
         return Usage(input_tokens=n_in, output_tokens=n_out, cost_usd=cost_of(self.price, n_in, n_out), calls=1)
 
     def _invalid(self, raw: bytes) -> ModelError:
@@ -310,25 +280,22 @@ class OpenAIAPIModel:
         logprobs: list[float] = []
         token_ids: list[int] = []
         usage: Any = None
-        finish, ttft = "stop", None
+        finish, ttft = "stop", None  # usage arrives in the last chunk (stream_options.include_usage)
         try:
             async with resp:
                 async for data in _sse_data(resp):
                     try:
                         event = orjson.loads(data)
-                        choices = event.get("choices") or []
-                    except (orjson.JSONDecodeError, AttributeError):
+                        if event.get("error"):
+                            raise ValueError(data)
+                        usage = event.get("usage") or usage
+                        choice = (event.get("choices") or [{}])[0]
+                        finish = choice.get("finish_reason") or finish
+                        logprobs.extend(_logprobs(choice.get("logprobs")) or ())
+                        token_ids.extend(_ints(choice.get("token_ids")) or ())
+                        piece = (choice.get("delta") or {}).get("content")
+                    except (ValueError, AttributeError, TypeError, KeyError, IndexError):  # incl. JSONDecodeError
                         raise self._invalid(data) from None
-                    if event.get("error"):
-                        raise self._invalid(data)
-                    usage = event.get("usage") or usage
-                    if not choices:
-                        continue
-                    choice = choices[0]
-                    finish = choice.get("finish_reason") or finish
-                    logprobs.extend(_logprobs(choice.get("logprobs")) or ())
-                    token_ids.extend(_ints(choice.get("token_ids")) or ())
-                    piece = (choice.get("delta") or {}).get("content")
                     if piece:
                         if ttft is None:
                             ttft = time.perf_counter() - start
@@ -339,15 +306,9 @@ class OpenAIAPIModel:
                 f"model '{self.name}' at {self.url} broke off the stream: {_one_line(str(exc) or type(exc).__name__)}"
             ) from None
         handle.completion = Completion(
-            text="".join(pieces),
-            model=self.name,
-            usage=self._usage(usage),
-            latency_s=time.perf_counter() - start,
-            finish_reason=finish,
-            token_ids=token_ids or None,
-            logprobs=logprobs if config.logprobs else None,
-            structured_mode=mode,
-            extra={"ttft_s": ttft},
+            "".join(pieces), self.name, self._usage(usage), time.perf_counter() - start, finish,
+            token_ids=token_ids or None, logprobs=logprobs if config.logprobs else None,
+            structured_mode=mode, extra={"ttft_s": ttft},
         )
 
 
@@ -383,14 +344,8 @@ def from_spec(spec: ModelSpec) -> OpenAIAPIModel:
     if not spec.base_url:
         raise ConfigError(f"model '{spec.name}': an openai-api model needs base_url (e.g. http://127.0.0.1:8000/v1)")
     return OpenAIAPIModel(
-        spec.name,
-        spec.base_url,
-        model=spec.model or spec.name,
-        api_key_env=spec.api_key_env,
-        timeout_s=spec.timeout_s,
-        max_retries=spec.max_retries,
-        structured=spec.structured,
-        price=spec.price,
+        spec.name, spec.base_url, model=spec.model or spec.name, api_key_env=spec.api_key_env,
+        timeout_s=spec.timeout_s, max_retries=spec.max_retries, structured=spec.structured, price=spec.price, extra_body=spec.extra_body,
     )
 
 
@@ -474,4 +429,4 @@ def _logprobs(value: Any) -> list[float] | None:
     content = value.get("content") if isinstance(value, dict) else None
     if not isinstance(content, list):
         return None
-    return [float(t["logprob"]) for t in content if isinstance(t, dict) and "logprob" in t]
+    return [float(t["logprob"]) for t in content if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float))]

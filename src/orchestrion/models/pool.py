@@ -52,6 +52,7 @@ class ModelSpec(BaseModel):
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
     structured: Literal["auto", "json_schema", "json_object", "prompt"] = "auto"
+    extra_body: dict[str, Any] | None = Field(default=None, description="extra JSON fields sent with every request")
     # llama-cpp settings
     path: str | None = None
     n_threads: int | None = Field(default=None, ge=1)

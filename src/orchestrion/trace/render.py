@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from rich.markup import escape
 from rich.tree import Tree
 
 from .._errors import TraceError
@@ -30,7 +31,7 @@ def _label(span: dict[str, Any], t0: float) -> str:
         detail = f" valid={attrs.get('valid')} attempts={attrs.get('attempts')}"
     tokens = f"{span['input_tokens']}+{span['output_tokens']} tok"
     return (
-        f"[bold]{span['kind']}[/bold] {span['name']}{detail}  "
+        f"[bold]{span['kind']}[/bold] {escape(span['name'] + detail)}  "
         f"[dim]{when}[/dim]  status={span['status']}  {tokens}  {_cost(span['cost_usd'])}"
         + (f"  units={span['cost_units']:g}" if span["cost_units"] else "")
     )
@@ -54,9 +55,9 @@ def episode_tree(store: TraceStore, episode_id: str) -> Tree:
         f"{ep['input_tokens']}+{ep['output_tokens']} tok  {_cost(ep['cost_usd'])}"
     )
     if ep["answer"]:
-        root.add(f"answer: {_short(ep['answer'], 200)}")
+        root.add(escape(f"answer: {_short(ep['answer'], 200)}"))
     if ep["error"]:
-        root.add(f"[red]error: {ep['error']}[/red]")
+        root.add(f"[red]{escape('error: ' + ep['error'])}[/red]")
     t0 = ep["started"]
     nodes: dict[str | None, Tree] = {}
     children: dict[str | None, list[dict[str, Any]]] = {}

@@ -78,6 +78,7 @@ class TraceStore:
             raise TraceError(f"trace store {self.path}: cannot open ({exc}); set ORCHESTRION_DB or --db to a writable file") from None
         self._queue: queue.Queue[object] = queue.Queue()
         self._error: BaseException | None = None
+        self.transactions = 0
         self._thread = threading.Thread(target=self._writer, name="orchestrion-trace-writer", daemon=True)
         self._thread.start()
 
@@ -144,6 +145,7 @@ class TraceStore:
                         else:
                             sql, params = entry  # type: ignore[misc]
                             conn.execute(sql, params)
+                self.transactions += 1
             except sqlite3.Error as exc:
                 self._error = exc
             for marker in markers:

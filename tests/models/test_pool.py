@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from orchestrion import ConfigError, GenerateConfig, ModelNotFoundError, Pool, ScriptedModel
+
+GOOD = """
+models:
+  - name: qwen
+    backend: openai-api
+    base_url: http://127.0.0.1:8000/v1
+    model: Qwen/Qwen3-4B
+    api_key_env: VLLM_KEY
+    description: small and fast
+    tier: 1
+    context_size: 32768
+    price: {input_per_mtok: 0.1, output_per_mtok: 0.4}
+    max_concurrency: 16
+  - name: big
+    base_url: http://127.0.0.1:8001/v1
+    tier: 3
+orchestrator: qwen
+synthesizer: big
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    p = tmp_path / "pool.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_loads_yaml_with_roles_and_unknown_price(tmp_path: Path) -> None:
+    pool = Pool.from_yaml(write(tmp_path, GOOD))
+    assert pool.names == ["qwen", "big"]
+    assert pool.orchestrator == "qwen" and pool.synthesizer == "big" and pool.executor == "qwen"
+    rows = {r["name"]: r for r in pool.describe()}
+    assert rows["qwen"]["price_out"] == 0.4
+    assert rows["big"]["price_in"] is None  # unknown, never 0
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("models: [\n  - name: x\n  bad", "is not valid YAML"),
+        ("- 1\n- 2\n", "expected a mapping"),
+        ("models:\n  - name: a\n    backend: openai-api\n", "field 'models.0'"),
+        ("models:\n  - name: a\n    base_url: http://x\n    tier: 9\n", "field 'models.0.tier'"),
+        ("models:\n  - name: a\n    base_url: http://x\n    colour: red\n", "models.0.colour"),
+        ("models:\n  - {name: a, base_url: 'http://x'}\n  - {name: a, base_url: 'http://y'}\n", "duplicate model names: a"),
+        ("models:\n  - {name: a, base_url: 'http://x'}\norchestrator: zz\n", "orchestrator 'zz' is not one of"),
+    ],
+)
+def test_bad_yaml_gives_one_line_naming_file_and_field(tmp_path: Path, text: str, needle: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError) as info:
+        Pool.from_yaml(path)
+    message = str(info.value)
+    assert needle in message and str(path) in message
+    assert "\n" not in message
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="pool file not found"):
+        Pool.from_yaml(tmp_path / "nope.yaml")
+
+
+def test_default_pool_is_embedded() -> None:
+    pool = Pool.default()
+    assert pool.names == ["smollm2-135m"]
+    assert pool.spec("smollm2-135m").backend == "llama-cpp"
+    with pytest.raises(ModelNotFoundError, match="known: smollm2-135m"):
+        pool.spec("gpt-9")
+
+
+async def test_per_model_concurrency_limit() -> None:
+    m = ScriptedModel(["ok"], name="m", delay_s=0.05)
+    pool = Pool.from_models([m])
+    pool.specs["m"].max_concurrency = 2
+    await asyncio.gather(*(pool.complete("m", [{"role": "user", "content": "hi"}], GenerateConfig()) for _ in range(6)))
+    assert m.max_active == 2

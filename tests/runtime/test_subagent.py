@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrion import (
+    BudgetTracker, Harness, Pool, Revision, RunContext, ScriptedModel, SubAgent, Tool, ToolRegistry, TraceStore, Tracer,
+)
+
+
+class NoteArgs(BaseModel):
+    text: str
+
+
+class LookupTool(Tool):
+    name = "lookup"
+    description = "looks a thing up"
+    Args = NoteArgs
+
+    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
+        return f"found:{args.text}"
+
+
+def act(**kw: Any) -> str:
+    return json.dumps(kw)
+
+
+def make_ctx(store: TraceStore, *models: ScriptedModel) -> RunContext:
+    return RunContext(Pool.from_models(list(models)), ToolRegistry([LookupTool()]), Tracer(store, "ep"), BudgetTracker())
+
+
+async def test_asks_for_missing_tool_gets_it_and_continues_with_history(store: TraceStore) -> None:
+    worker = ScriptedModel([
+        act(action="tool", tool="lookup", input="x"),   # not allowed yet
+        act(action="revise", status="blocked", request="need the lookup tool", evidence="tool missing"),
+        act(action="tool", tool="lookup", input="x"),   # after revision
+        act(action="finish", answer="x is found", evidence="found:x"),
+    ], name="w")
+    ctx = make_ctx(store, worker)
+    agent = SubAgent(ctx, Harness(instruction="find x", model="w", tools=[], step_budget=10), name="a1")
+    report = await agent.run()
+    assert report.kind == "revise" and "lookup" in report.request
+    history_before = list(agent.history)
+    assert any("not available" in m["content"] for m in history_before)
+    agent.revise(Revision(add_tools=["lookup"], add_context="x is a letter"))
+    assert agent.harness.tools == ["lookup"]
+    report = await agent.run()
+    assert report.kind == "finish" and report.answer == "x is found"
+    # same agent, earlier steps intact: the history grew, it was not replaced
+    assert agent.history[: len(history_before)] == history_before
+    assert any(m["content"].startswith("Result of lookup: status=OK found:x") for m in agent.history)
+    # the model saw the revision note and the new context in its later prompts
+    last_prompt = worker.calls[-1]
+    assert "x is a letter" in last_prompt[0]["content"]
+    assert any("Revision from the orchestrator" in m["content"] for m in last_prompt)
+    store.flush()
+    kinds = [e["kind"] for e in store.events("ep")]
+    assert kinds.count("subagent_message") == 2 and "revision" in kinds
+
+
+async def test_step_budget_ends_with_exhausted_and_revision_adds_steps(store: TraceStore) -> None:
+    worker = ScriptedModel([act(action="tool", tool="lookup", input="y")], name="w")
+    ctx = make_ctx(store, worker)
+    agent = SubAgent(ctx, Harness(instruction="loop", model="w", tools=["lookup"], step_budget=2))
+    report = await agent.run()
+    assert report.kind == "exhausted" and agent.steps_used == 2
+    agent.revise(Revision(add_steps=3))
+    report = await agent.run()
+    assert report.kind == "exhausted" and agent.steps_used == 5
+
+
+async def test_executor_replacement_and_scope_change(store: TraceStore) -> None:
+    small = ScriptedModel([act(action="stop", status="too hard", evidence="needs a bigger model")], name="small")
+    big = ScriptedModel([act(action="finish", answer="done")], name="big")
+    ctx = make_ctx(store, small, big)
+    agent = SubAgent(ctx, Harness(instruction="prove it", model="small"))
+    assert (await agent.run()).kind == "stop"
+    agent.revise(Revision(scope="reduce", instruction="prove only the first half", executor="replace", model="big"))
+    assert agent.harness.model == "big" and agent.harness.instruction == "prove only the first half"
+    assert (await agent.run()).answer == "done"
+    assert "prove only the first half" in big.calls[0][0]["content"]
+
+
+async def test_invalid_actions_do_not_crash(store: TraceStore) -> None:
+    worker = ScriptedModel(["garbage"], name="w")
+    ctx = make_ctx(store, worker)
+    agent = SubAgent(ctx, Harness(instruction="x", model="w", step_budget=2))
+    report = await agent.run()
+    assert report.kind == "exhausted"
+    store.flush()
+    assert all(d["valid"] == 0 for d in store.decisions("ep"))

@@ -1,0 +1,143 @@
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from orchestrion import Budget, Pool, ScriptedModel, Tool, ToolRegistry, ToolResult, TraceStore, solve
+from orchestrion.models._cost import Price
+from orchestrion.tools.agents import agent_tools
+
+
+class SlowArgs(BaseModel):
+    text: str
+
+
+class SlowTool(Tool):
+    name = "slow"
+    description = "sleeps, then echoes"
+    Args = SlowArgs
+
+    def __init__(self, delay: float = 0.3) -> None:
+        self.delay = delay
+        self.spans: list[tuple[float, float]] = []
+
+    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await asyncio.sleep(self.delay)
+        self.spans.append((t0, loop.time()))
+        return f"echo {args.text}"
+
+
+class CrashTool(Tool):
+    name = "crash"
+    description = "always fails"
+    Args = SlowArgs
+
+    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
+        raise RuntimeError("disk on fire")
+
+
+def action(calls: list[dict[str, Any]], final: bool = False) -> str:
+    return json.dumps({"thought": "t", "calls": calls, "final": final})
+
+
+def overlapping(spans: list[tuple[float, float]]) -> bool:
+    spans = sorted(spans)
+    return all(b[0] < a[1] for a, b in zip(spans, spans[1:]))
+
+
+async def test_calls_of_one_round_overlap_in_time(store: TraceStore) -> None:
+    slow = SlowTool(0.3)
+    orch = ScriptedModel([action([{"tool": "slow", "input": str(i)} for i in range(4)]), action([], True), "answer: 4"], name="orch")
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store)
+    assert res.status == "ok" and res.answer == "answer: 4"
+    assert len(slow.spans) == 4 and overlapping(slow.spans)
+    # the trace shows the same overlap
+    tools = [s for s in store.spans(res.trace_id) if s["kind"] == "tool"]
+    assert len(tools) == 4
+    assert max(t["started"] for t in tools) < min(t["ended"] for t in tools)
+
+
+async def test_serial_variant_does_not_overlap(store: TraceStore) -> None:
+    slow = SlowTool(0.05)
+    orch = ScriptedModel([action([{"tool": "slow", "input": str(i)} for i in range(3)]), action([], True), "x"], name="orch")
+    await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store,
+                options={"max_parallel": 1})
+    spans = sorted(slow.spans)
+    assert all(b[0] >= a[1] for a, b in zip(spans, spans[1:]))
+
+
+async def test_at_most_max_calls_per_round_and_rounds_capped(store: TraceStore) -> None:
+    slow = SlowTool(0.0)
+    # the scripted orchestrator never says final; rounds stop at max_rounds=3, calls capped at 2 per round
+    orch = ScriptedModel(lambda m, c: "final" if c.json_schema is None else action([{"tool": "slow", "input": "x"}] * 4), name="orch")
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store,
+                      options={"max_rounds": 3, "max_calls": 2})
+    assert len(slow.spans) == 6
+    assert res.meta["rounds"] == 3
+    assert res.answer == "final"
+
+
+async def test_failures_become_statuses_fed_back(store: TraceStore) -> None:
+    orch = ScriptedModel([
+        action([{"tool": "crash", "input": "a"}, {"tool": "nosuch", "input": "b"}, {"tool": "slow", "args": {"wrong": 1}}]),
+        action([], True),
+        "done",
+    ], name="orch")
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([SlowTool(0), CrashTool()]), store=store)
+    assert res.status == "ok"
+    second_prompt = orch.calls[1][-1]["content"]
+    assert "status=EXEC_ERROR" in second_prompt and "disk on fire" in second_prompt
+    assert "status=NOT_FOUND" in second_prompt
+    assert "status=INVALID_ARGS" in second_prompt
+    statuses = sorted(s["status"] for s in store.spans(res.trace_id) if s["kind"] == "tool")
+    assert statuses == ["exec_error", "invalid_args", "not_found"]
+
+
+async def test_invalid_action_is_recorded_and_repaired(store: TraceStore) -> None:
+    orch = ScriptedModel(["I think we should add", '{"calls": "nope"}', action([], True), "ok"], name="orch")
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([]), store=store)
+    decisions = store.decisions(res.trace_id)
+    assert [d["valid"] for d in decisions] == [0, 0, 1]
+    assert "no JSON" in decisions[0]["error"]
+    assert "calls" in decisions[1]["error"]
+    # the repair prompt quoted the validation error
+    assert "not a valid action" in orch.calls[1][-1]["content"]
+    assert res.status == "ok"
+
+
+async def test_agent_calls_use_the_chosen_model_and_cost_rolls_up(store: TraceStore) -> None:
+    orch = ScriptedModel([action([{"tool": "reasoner", "input": "half", "model": "big"}]), action([], True), "42"],
+                         name="orch", price=Price(input_per_mtok=1, output_per_mtok=2))
+    big = ScriptedModel(["forty two"], name="big", price=Price(input_per_mtok=10, output_per_mtok=20))
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch, big]), tools=ToolRegistry(agent_tools()), store=store)
+    assert len(big.calls) == 1
+    calls = [s for s in store.spans(res.trace_id) if s["kind"] == "call"]
+    total = sum(c["cost_usd"] for c in calls)
+    assert res.cost_usd == pytest.approx(total) and total > 0
+    ep = store.episode(res.trace_id)
+    assert ep is not None and ep["finished"] == 1 and ep["cost_usd"] == pytest.approx(total)
+
+
+async def test_budget_stop_keeps_the_trace(store: TraceStore) -> None:
+    orch = ScriptedModel(lambda m, c: action([{"tool": "slow", "input": "x"}]), name="orch")
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([SlowTool(0)]), store=store,
+                      budget=Budget(steps=5))
+    assert res.status == "budget_exceeded"
+    assert "steps" in (res.error or "")
+    ep = store.episode(res.trace_id)
+    assert ep is not None and ep["finished"] == 1 and ep["status"] == "budget_exceeded"
+    assert len([s for s in store.spans(res.trace_id) if s["kind"] == "tool"]) >= 1
+
+
+async def test_wall_budget_stops_a_hanging_model(store: TraceStore) -> None:
+    orch = ScriptedModel(["never"], name="orch", delay_s=30)
+    res = await solve("q", strategy="direct", pool=Pool.from_models([orch]), tools=ToolRegistry([]), store=store,
+                      budget=Budget(wall_s=0.2))
+    assert res.status == "budget_exceeded" and res.wall_s < 5
+    assert store.episode(res.trace_id)["finished"] == 1  # type: ignore[index]
