@@ -25,7 +25,7 @@ from .budget import BudgetTracker
 T = TypeVar("T", bound=BaseModel)
 R = TypeVar("R")
 
-ORCHESTRATOR_CONFIG = GenerateConfig(max_tokens=384, temperature=0.7)
+ORCHESTRATOR_CONFIG = GenerateConfig(max_tokens=384, temperature=0.7, logprobs=True)
 
 
 @dataclass

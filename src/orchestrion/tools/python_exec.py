@@ -1,32 +1,28 @@
 """The ``python`` tool: model-written code runs in a sandboxed child process.
 
-Invariant 5 of the design: untrusted code never runs in the orchestrator's
-process. :func:`run_sandboxed` starts a separate interpreter in a new session
-(process group) with resource limits (address space, CPU seconds, file size,
-process count, no core files) in a throw-away working directory with a minimal
-environment, and kills the whole group on timeout. Output is read off the event
-loop and capped per stream.
+Invariant 5: untrusted code never runs in the orchestrator's process.
+:func:`run_sandboxed` starts a separate interpreter in a new session (process
+group) with limits on address space, CPU seconds, file size and process count
+(no core files), in a throw-away working directory with a minimal environment;
+on timeout the whole group is killed. Output is read asynchronously and capped.
 
-Two isolation levels, the strongest available is chosen once per process:
+The strongest isolation available is chosen once per process:
 
-``namespaces`` (when running as root and ``unshare(2)`` is permitted)
-    The child gets fresh network, mount and PID namespaces. A new network
-    namespace has only a loopback interface that is down, so every address,
-    127.0.0.1 included, is unreachable. In the mount namespace every mount is
-    remounted read-only except the working directory, so writes anywhere else
-    fail (``/tmp`` included). Directories the sandbox user may not traverse
-    (e.g. ``/root`` holding a pyenv interpreter) are covered by an empty tmpfs
-    into which only the interpreter's prefix is bind-mounted. The code then runs
-    under a fresh, unused uid/gid, so ``RLIMIT_NPROC`` really binds (it never
-    does for root) and the code cannot signal or read anything of other runs.
-    The user code runs as PID 1 of its PID namespace, so when it ends, or is
-    killed, the kernel kills every process it left behind.
+``namespaces`` (running as root and ``unshare(2)`` permitted)
+    Fresh network, mount and PID namespaces. The new network namespace has only
+    a loopback interface that is down, so every address, 127.0.0.1 included, is
+    unreachable. Every mount is remounted read-only except the working
+    directory, so writes anywhere else fail. Directories other users may not
+    traverse (``/root`` holding a pyenv interpreter, say) are covered by an empty
+    tmpfs into which only the interpreter is bind-mounted. The code runs under a
+    fresh unused uid, so ``RLIMIT_NPROC`` binds (it never does for root) and no
+    run can touch another. The code's parent is PID 1 of the namespace: when the
+    code ends or is killed, the kernel kills everything it left behind.
 
-``audit-hook`` (fallback; weaker)
-    No namespaces and no change of user. An audit hook installed before the
-    user code refuses socket, ctypes and process-creation events. It can be
-    bypassed by code that reaches native functions some other way; it is a
-    best effort, recorded as such in every result.
+``audit-hook`` (fallback, weaker)
+    No namespaces, same user. An audit hook installed before the code refuses
+    sockets, ctypes, new processes and writes outside the working directory.
+    Code that reaches native functions another way can get around it.
 """
 
 from __future__ import annotations
@@ -34,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import os
 import resource
 import secrets
@@ -59,15 +56,14 @@ Isolation = Literal["auto", "namespaces", "audit-hook"]
 
 OUTPUT_LIMIT = 64 * 1024  # bytes kept per stream
 _CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
-_MOUNT_FLAGS = {"nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC}
-_UID_BASE, _UID_SPAN = 1_600_000_000, 300_000_000  # far above any real or subordinate uid
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
+_MOUNT_FLAGS = {"nosuid": 0x2, "nodev": 0x4, "noexec": 0x8}  # kept when remounting read-only
+_UID_BASE, _UID_SPAN = 1_600_000_000, 300_000_000  # far above real and subordinate uid ranges
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
-# Runs as the sandbox user, outside the new PID namespace. Its child becomes PID 1
-# there: it starts the user code (PID 2, ordinary signal semantics), reaps orphans,
-# and its exit makes the kernel kill whatever is left. A signal death is handed on.
+# Runs as the sandbox user outside the new PID namespace. Its child is PID 1 there:
+# it starts the code (PID 2, ordinary signal semantics), reaps orphans, and its exit
+# makes the kernel kill whatever is left. A signal death is handed on as such.
 _LAUNCHER = """\
 import os, signal, sys
 def wait_for(pid):
@@ -131,44 +127,37 @@ class SandboxResult:
     killed_signal: int | None
     isolation: str = ""
     uid: int | None = None  # the throw-away uid (namespaces isolation)
-    pid: int = 0  # the child's pid, also its process-group id
-    workdir: str = ""  # removed by the time the result is returned
-
-
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+    pid: int = 0  # the child's pid, which is also its process-group id
+    workdir: str = ""  # already removed when the result is returned
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = [None if s is None else s.encode() for s in (source, target, fstype, data)]
-    _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
+    raw = [None if s is None else s.encode() for s in (source, target, fstype, data)]
+    if _libc.mount(raw[0], raw[1], raw[2], ctypes.c_ulong(flags), raw[3]) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
 
 
-def _mountinfo() -> list[tuple[str, int]]:
-    """Mount points with their nosuid/nodev/noexec flags, from /proc/self/mountinfo."""
-    points = []
+def _mount_points() -> list[tuple[str, int]]:
+    """Every mount point with its nosuid/nodev/noexec flags, from /proc/self/mountinfo."""
     with open("/proc/self/mountinfo", encoding="utf-8") as fh:
-        for line in fh:
-            fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")  # undo \040-style escapes
-            flags = sum(_MOUNT_FLAGS.get(opt, 0) for opt in fields[5].split(","))
-            points.append((point, flags))
-    return points
+        rows = [line.split() for line in fh]
+    return [
+        (row[4].encode().decode("unicode_escape"), sum(_MOUNT_FLAGS.get(o, 0) for o in row[5].split(",")))
+        for row in rows
+    ]
 
 
 def _mount_plan(workdir: str) -> tuple[list[str], list[str]]:
-    """Covers (ancestors the sandbox user cannot traverse) and the paths to bind-mount writable or back."""
+    """Ancestors other users cannot traverse (to cover), and the paths to bind-mount back."""
     covers: set[str] = set()
     binds = {workdir}
     interpreter = (sys.prefix, sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)))
     for path in {os.path.realpath(p) for p in interpreter} | {workdir}:
         parts = path.split("/")
         for i in range(2, len(parts)):
-            ancestor = "/".join(parts[:i])
-            if not os.stat(ancestor).st_mode & 0o001:
-                covers.add(ancestor)
+            if not os.stat("/".join(parts[:i])).st_mode & 0o001:
+                covers.add("/".join(parts[:i]))
                 binds.add(path)
                 break
     return sorted(covers), sorted(binds)
@@ -185,31 +174,31 @@ def _limits(memory_mb: int, cpu_s: int, max_file_mb: int, max_procs: int | None)
 
 
 def _enter_namespaces(workdir: str, uid: int, covers: list[str], binds: list[str]) -> None:
-    """Runs in the forked child, as root, before exec: isolate, then drop to ``uid``."""
-    _check(_libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID), "unshare")
-    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing below propagates back to the host
+    """Runs in the forked child, as root, before exec: isolate, then become ``uid``."""
+    if _libc.unshare(_CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID) != 0:
+        raise OSError(ctypes.get_errno(), "unshare")
+    _mount(None, "/", None, _MS_REC | _MS_PRIVATE)  # nothing done below reaches the host
     fds = [(os.open(path, os.O_PATH | os.O_DIRECTORY), path) for path in binds]
     for cover in covers:
-        _mount("tmpfs", cover, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=64k")
+        _mount("tmpfs", cover, "tmpfs", _MOUNT_FLAGS["nosuid"] | _MOUNT_FLAGS["nodev"], "mode=0755,size=64k")
     for fd, path in fds:
         os.makedirs(path, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
         os.close(fd)
-    for point, flags in _mountinfo():
-        if point == workdir:
-            continue
-        try:
-            _mount(None, point, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags)
-        except OSError:
-            if point == "/":
-                raise
+    for point, flags in _mount_points():
+        if point != workdir:
+            try:
+                _mount(None, point, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags)
+            except OSError:
+                if point == "/":
+                    raise
     os.chdir(workdir)  # onto the writable bind mount
     os.setgroups([])
     os.setgid(uid)
     os.setuid(uid)
 
 
-def _sandbox_uid() -> int:
+def _fresh_uid() -> int:
     while (uid := _UID_BASE + secrets.randbelow(_UID_SPAN)) in _uids_in_use:
         pass
     _uids_in_use.add(uid)
@@ -219,24 +208,21 @@ def _sandbox_uid() -> int:
 def _processes_of(uid: int) -> list[int]:
     """Live (non-zombie) processes whose real uid is ``uid``."""
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{entry}/status", encoding="utf-8") as fh:
                 status = dict(line.split(":", 1) for line in fh if ":" in line)
         except OSError:
             continue
-        if status.get("Uid", "").split()[:1] == [str(uid)] and not status.get("State", "").strip().startswith("Z"):
+        if status.get("Uid", "").split()[:1] == [str(uid)] and "Z" not in status.get("State", "")[:3]:
             found.append(int(entry))
     return found
 
 
 def _kill_uid(uid: int) -> None:
-    """SIGKILL every process of the throw-away sandbox uid until none is left."""
+    """SIGKILL every process of a throw-away sandbox uid until none is left."""
     for _ in range(200):
-        pids = _processes_of(uid)
-        if not pids:
+        if not (pids := _processes_of(uid)):
             return
         for pid in pids:
             with contextlib.suppress(OSError):
@@ -245,21 +231,17 @@ def _kill_uid(uid: int) -> None:
 
 
 async def _read_capped(stream: asyncio.StreamReader | None, limit: int = OUTPUT_LIMIT) -> str:
-    """Read to EOF, keep the first ``limit`` bytes, count the rest."""
-    if stream is None:
-        return ""
+    """Read to EOF (so the writer never blocks), keep the first ``limit`` bytes."""
     kept, dropped = bytearray(), 0
-    while chunk := await stream.read(65536):
+    while stream is not None and (chunk := await stream.read(65536)):
         room = max(0, limit - len(kept))
         kept += chunk[:room]
-        dropped += len(chunk) - min(room, len(chunk))
+        dropped += max(0, len(chunk) - room)
     text = kept.decode("utf-8", errors="replace")
     return text + (f"\n...[truncated {dropped} bytes]" if dropped else "")
 
 
-async def _spawn(
-    argv: list[str], workdir: str, preexec: Callable[[], None]
-) -> asyncio.subprocess.Process:
+async def _spawn(argv: list[str], workdir: str, preexec: Callable[[], None]) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
         *argv,
         stdin=asyncio.subprocess.DEVNULL,
@@ -272,6 +254,17 @@ async def _spawn(
     )
 
 
+async def _start_namespaced(main: str, workdir: str, uid: int, limits: Callable[[], None]) -> asyncio.subprocess.Process:
+    os.chown(workdir, uid, uid)
+    covers, binds = _mount_plan(workdir)
+
+    def enter() -> None:
+        limits()
+        _enter_namespaces(workdir, uid, covers, binds)
+
+    return await _spawn([sys.executable, "-I", "-S", "-c", _LAUNCHER, "-I", "-X", "utf8", "-u", main], workdir, enter)
+
+
 async def run_sandboxed(
     code: str,
     *,
@@ -282,43 +275,36 @@ async def run_sandboxed(
     max_procs: int = 32,
     isolation: Isolation = "auto",
 ) -> SandboxResult:
-    """Run ``code`` as a Python program in the sandbox; never raises for anything the code does."""
+    """Run ``code`` as a Python program in the sandbox; nothing the code does makes this raise."""
     global _namespaces_work
     cpu = cpu_s if cpu_s is not None else int(timeout_s) + 1
     workdir = os.path.realpath(tempfile.mkdtemp(prefix="orchestrion-sbx-"))
+    main = os.path.join(workdir, "main.py")
     uid: int | None = None
     try:
-        main = os.path.join(workdir, "main.py")
         with open(main, "w", encoding="utf-8") as fh:
             fh.write(code)
         os.chmod(main, 0o644)
-        user_argv = ["-I", "-X", "utf8", "-u", main]
-        proc: asyncio.subprocess.Process | None = None
-        want_ns = isolation == "namespaces" or (isolation == "auto" and _namespaces_work is not False)
-        if want_ns and os.geteuid() == 0:
-            uid = _sandbox_uid()
-            os.chown(workdir, uid, uid)
-            os.chmod(workdir, 0o700)
-            (covers, binds), ns_uid = _mount_plan(workdir), uid
-
-            def enter() -> None:
-                _limits(memory_mb, cpu, max_file_mb, max_procs)
-                _enter_namespaces(workdir, ns_uid, covers, binds)
-
+        proc = None
+        if isolation == "namespaces" or (isolation == "auto" and _namespaces_work is not False and os.geteuid() == 0):
+            uid = fresh = _fresh_uid()
             try:
-                proc = await _spawn([sys.executable, "-I", "-S", "-c", _LAUNCHER, *user_argv], workdir, enter)
+                limits = functools.partial(_limits, memory_mb, cpu, max_file_mb, max_procs)
+                proc = await _start_namespaced(main, workdir, fresh, limits)
                 _namespaces_work = True
-            except subprocess.SubprocessError:
+            except (subprocess.SubprocessError, PermissionError):  # not root, or no unshare(2) here
                 if isolation == "namespaces":
                     raise
                 _namespaces_work = False
                 _uids_in_use.discard(uid)
                 uid = None
         if proc is None:
-            procs = None if os.geteuid() == 0 else max_procs + len(_processes_of(os.getuid()))
+            nproc = None if os.geteuid() == 0 else max_procs + len(_processes_of(os.getuid()))
             argv = [sys.executable, "-I", "-X", "utf8", "-u", "-c", _PRELUDE, main]
-            proc = await _spawn(argv, workdir, lambda: _limits(memory_mb, cpu, max_file_mb, procs))
-        return await _supervise(proc, timeout_s, uid, workdir)
+            proc = await _spawn(argv, workdir, functools.partial(_limits, memory_mb, cpu, max_file_mb, nproc))
+        result = await _supervise(proc, timeout_s, uid)
+        result.workdir = workdir
+        return result
     finally:
         if uid is not None:
             _kill_uid(uid)
@@ -326,17 +312,14 @@ async def run_sandboxed(
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-async def _supervise(
-    proc: asyncio.subprocess.Process, timeout_s: float, uid: int | None, workdir: str
-) -> SandboxResult:
+async def _supervise(proc: asyncio.subprocess.Process, timeout_s: float, uid: int | None) -> SandboxResult:
     readers = [asyncio.ensure_future(_read_capped(proc.stdout)), asyncio.ensure_future(_read_capped(proc.stderr))]
     timed_out = False
     try:
-        try:
-            async with asyncio.timeout(timeout_s):
-                await proc.wait()
-        except TimeoutError:
-            timed_out = True
+        async with asyncio.timeout(timeout_s):
+            await proc.wait()
+    except TimeoutError:
+        timed_out = True
     finally:  # also on cancellation: nothing may outlive the call
         if proc.returncode is None:  # not reaped yet, so its pid still names our group
             with contextlib.suppress(OSError):
@@ -348,19 +331,10 @@ async def _supervise(
         done, pending = await asyncio.wait(readers, timeout=2.0)
         for task in pending:
             task.cancel()
-    stdout, stderr = (t.result() if t in done else "" for t in readers)
+    stdout, stderr = (task.result() if task in done else "" for task in readers)
     rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
-    return SandboxResult(
-        stdout=stdout,
-        stderr=stderr,
-        exit_code=rc,
-        timed_out=timed_out,
-        killed_signal=-rc if rc < 0 else None,
-        isolation="namespaces" if uid is not None else "audit-hook",
-        uid=uid,
-        pid=proc.pid,
-        workdir=workdir,
-    )
+    isolation = "namespaces" if uid is not None else "audit-hook"
+    return SandboxResult(stdout, stderr, rc, timed_out, -rc if rc < 0 else None, isolation, uid, proc.pid)
 
 
 class PythonArgs(BaseModel):
@@ -379,11 +353,9 @@ class PythonTool(Tool):
     def __init__(
         self, *, memory_mb: int = 512, max_file_mb: int = 16, max_procs: int = 32, isolation: Isolation = "auto"
     ) -> None:
-        self.memory_mb = memory_mb
-        self.max_file_mb = max_file_mb
-        self.max_procs = max_procs
+        self.memory_mb, self.max_file_mb, self.max_procs = memory_mb, max_file_mb, max_procs
         self.isolation: Isolation = isolation
-        self.timeout_s = 130.0  # the registry's outer limit; the sandbox enforces args.timeout_s
+        self.timeout_s = 130.0  # the registry's outer bound; the sandbox enforces args.timeout_s itself
 
     async def run(self, args: Any, ctx: "RunContext | None", model: str | None) -> ToolResult:
         parsed = args if isinstance(args, PythonArgs) else PythonArgs.model_validate(args)
@@ -395,21 +367,17 @@ class PythonTool(Tool):
             max_procs=self.max_procs,
             isolation=self.isolation,
         )
-        data: dict[str, Any] = {
-            "exit_code": res.exit_code,
-            "isolation": res.isolation,
-            "timed_out": res.timed_out,
-            "killed_signal": res.killed_signal,
-        }
+        data: dict[str, Any] = {"exit_code": res.exit_code, "isolation": res.isolation}
+        tail = res.stderr.strip()[-2000:]
         if res.timed_out:
-            error = f"python: timed out after {parsed.timeout_s:g}s; the process group was killed"
+            error = f"python: timed out after {parsed.timeout_s:g}s and was killed" + (f"\n{tail}" if tail else "")
             return ToolResult(status=ToolStatus.TIMEOUT, output=res.stdout, error=error, data=data)
         if res.exit_code == 0:
-            return ToolResult(output=res.stdout, data={**data, "stderr": res.stderr[-2000:]})
-        if res.stderr.strip():
-            error = res.stderr.strip()[-2000:]
-        elif res.killed_signal is not None:
-            error = f"killed by {signal.Signals(res.killed_signal).name} (a resource limit was hit)"
-        else:
-            error = f"exited with code {res.exit_code}"
-        return ToolResult(status=ToolStatus.EXEC_ERROR, output=res.stdout, error=error, data=data)
+            return ToolResult(output=res.stdout, data={**data, "stderr": tail} if tail else data)
+        if not tail:
+            tail = (
+                f"killed by signal {res.killed_signal} ({signal.strsignal(res.killed_signal)}); a limit was hit"
+                if res.killed_signal is not None
+                else f"exited with code {res.exit_code}"
+            )
+        return ToolResult(status=ToolStatus.EXEC_ERROR, output=res.stdout, error=tail, data=data)

@@ -1,0 +1,5 @@
+"""`python -m orchestrion` is the same as the `orchestrion` command."""
+
+from .cli import main
+
+main()
