@@ -27,8 +27,9 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Learned agentic orchestration: run, trace and compare orchestration strategies.")
 trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded episodes.")
 app.add_typer(trace_app, name="trace")
-out = Console()
-err = Console(stderr=True)
+# Piped output is not cut at 80 columns: tables and ids stay whole for scripts and logs.
+out = Console(width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
 PoolOpt = Annotated[Path | None, typer.Option("--pool", help="pool.yaml; default: the embedded SmolLM2 model")]

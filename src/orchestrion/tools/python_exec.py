@@ -32,6 +32,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import re
 import resource
 import secrets
 import shutil
@@ -59,6 +60,7 @@ _CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
 _MOUNT_FLAGS = {"nosuid": 0x2, "nodev": 0x4, "noexec": 0x8}  # kept when remounting read-only
 _UID_BASE, _UID_SPAN = 1_600_000_000, 300_000_000  # far above real and subordinate uid ranges
+_OCTAL = re.compile(r"\\([0-7]{3})")  # mountinfo writes a space in a path as \040
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 
 # Runs as the sandbox user outside the new PID namespace. Its child is PID 1 there:
@@ -143,7 +145,7 @@ def _mount_points() -> list[tuple[str, int]]:
     with open("/proc/self/mountinfo", encoding="utf-8") as fh:
         rows = [line.split() for line in fh]
     return [
-        (row[4].encode().decode("unicode_escape"), sum(_MOUNT_FLAGS.get(o, 0) for o in row[5].split(",")))
+        (_OCTAL.sub(lambda m: chr(int(m[1], 8)), row[4]), sum(_MOUNT_FLAGS.get(o, 0) for o in row[5].split(",")))
         for row in rows
     ]
 
@@ -254,15 +256,22 @@ async def _spawn(argv: list[str], workdir: str, preexec: Callable[[], None]) -> 
     )
 
 
-async def _start_namespaced(main: str, workdir: str, uid: int, limits: Callable[[], None]) -> asyncio.subprocess.Process:
+async def _start(
+    main: str, workdir: str, uid: int | None, limits: Callable[[int | None], None], nproc: int | None
+) -> asyncio.subprocess.Process:
+    """Start the child: the launcher in fresh namespaces under ``uid``, or the audit-hook prelude."""
+    if uid is None:
+        argv = [sys.executable, "-I", "-B", "-X", "utf8", "-u", "-c", _PRELUDE, main]
+        return await _spawn(argv, workdir, functools.partial(limits, nproc))
     os.chown(workdir, uid, uid)
     covers, binds = _mount_plan(workdir)
 
     def enter() -> None:
-        limits()
+        limits(nproc)
         _enter_namespaces(workdir, uid, covers, binds)
 
-    return await _spawn([sys.executable, "-I", "-S", "-c", _LAUNCHER, "-I", "-X", "utf8", "-u", main], workdir, enter)
+    argv = [sys.executable, "-I", "-S", "-c", _LAUNCHER, "-I", "-B", "-X", "utf8", "-u", main]
+    return await _spawn(argv, workdir, enter)
 
 
 async def run_sandboxed(
@@ -285,12 +294,12 @@ async def run_sandboxed(
         with open(main, "w", encoding="utf-8") as fh:
             fh.write(code)
         os.chmod(main, 0o644)
+        limits = functools.partial(_limits, memory_mb, cpu, max_file_mb)
         proc = None
         if isolation == "namespaces" or (isolation == "auto" and _namespaces_work is not False and os.geteuid() == 0):
-            uid = fresh = _fresh_uid()
+            uid = _fresh_uid()
             try:
-                limits = functools.partial(_limits, memory_mb, cpu, max_file_mb, max_procs)
-                proc = await _start_namespaced(main, workdir, fresh, limits)
+                proc = await _start(main, workdir, uid, limits, max_procs)
                 _namespaces_work = True
             except (subprocess.SubprocessError, PermissionError):  # not root, or no unshare(2) here
                 if isolation == "namespaces":
@@ -298,10 +307,9 @@ async def run_sandboxed(
                 _namespaces_work = False
                 _uids_in_use.discard(uid)
                 uid = None
-        if proc is None:
+        if proc is None:  # root is exempt from RLIMIT_NPROC; the hook refuses fork there anyway
             nproc = None if os.geteuid() == 0 else max_procs + len(_processes_of(os.getuid()))
-            argv = [sys.executable, "-I", "-X", "utf8", "-u", "-c", _PRELUDE, main]
-            proc = await _spawn(argv, workdir, functools.partial(_limits, memory_mb, cpu, max_file_mb, nproc))
+            proc = await _start(main, workdir, None, limits, nproc)
         result = await _supervise(proc, timeout_s, uid)
         result.workdir = workdir
         return result

@@ -1,0 +1,276 @@
+"""The Python sandbox, tested for real: separate processes, real limits, a real server.
+
+Every sandbox run here uses a 1-3 s timeout; the machine is small and shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import os
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrion.tools import python_exec
+from orchestrion.tools.envelope import ToolStatus
+from orchestrion.tools.python_exec import PythonTool, SandboxResult, run_sandboxed
+from orchestrion.tools.registry import ToolRegistry
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="the sandbox needs Linux")
+
+
+def survivors(result: SandboxResult) -> list[int]:
+    """Processes (zombies included) still belonging to a finished run: its uid, group or script."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        uid = next(line.split()[1] for line in status.splitlines() if line.startswith("Uid:"))
+        pgid = int(stat.rsplit(")", 1)[1].split()[2])
+        if (result.uid is not None and uid == str(result.uid)) or pgid == result.pid or result.workdir in cmdline:
+            found.append(int(entry))
+    return found
+
+
+async def assert_nothing_left(result: SandboxResult) -> None:
+    for _ in range(30):  # the kernel may need a moment to reap
+        if not survivors(result):
+            break
+        await asyncio.sleep(0.1)
+    assert survivors(result) == []
+    assert not os.path.exists(result.workdir)
+
+
+@pytest.fixture
+def registry() -> ToolRegistry:
+    return ToolRegistry([PythonTool()])
+
+
+@pytest.fixture
+def http_server() -> Iterator[tuple[int, list[str]]]:
+    hits: list[str] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"secret-payload")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1], hits
+    server.shutdown()
+    server.server_close()
+
+
+async def test_prints_come_back_with_status_ok(registry: ToolRegistry) -> None:
+    result = await registry.call("python", {"code": "print(6 * 7)\nprint('done')", "timeout_s": 3})
+    assert result.status is ToolStatus.OK, result.error
+    assert result.output == "42\ndone\n"
+    assert result.data["exit_code"] == 0
+    assert result.data["isolation"] in ("namespaces", "audit-hook")
+
+
+async def test_uses_namespaces_when_root() -> None:
+    result = await run_sandboxed("print('hi')", timeout_s=3)
+    expected = "namespaces" if os.geteuid() == 0 else "audit-hook"
+    assert result.isolation == expected
+    await assert_nothing_left(result)
+
+
+async def test_runs_in_a_throwaway_directory_that_is_removed() -> None:
+    code = "import os\nopen('note.txt', 'w').write('kept here')\nprint(os.getcwd())\nprint(open('note.txt').read())"
+    result = await run_sandboxed(code, timeout_s=3)
+    assert result.exit_code == 0, result.stderr
+    cwd, text = result.stdout.split("\n")[:2]
+    assert cwd == result.workdir and text == "kept here"
+    assert not os.path.exists(result.workdir)
+
+
+@pytest.mark.parametrize("isolation", ["auto", "audit-hook"])
+async def test_writes_outside_the_directory_fail(isolation: python_exec.Isolation) -> None:
+    targets = [f"/tmp/orchestrion_escape_{uuid.uuid4().hex}", f"/root/orchestrion_escape_{uuid.uuid4().hex}"]
+    code = (
+        "for path in %r:\n"
+        "    try:\n"
+        "        open(path, 'w').write('escaped')\n"
+        "        print('WROTE', path)\n"
+        "    except OSError as exc:\n"
+        "        print('BLOCKED', path, type(exc).__name__)\n"
+    ) % (targets,)
+    result = await run_sandboxed(code, timeout_s=3, isolation=isolation)
+    assert result.exit_code == 0, result.stderr
+    assert "WROTE" not in result.stdout
+    assert result.stdout.count("BLOCKED") == 2
+    for target in targets:
+        assert not os.path.exists(target)
+
+
+@pytest.mark.parametrize("isolation", ["auto", "audit-hook"])
+async def test_no_network_not_even_loopback(
+    http_server: tuple[int, list[str]], isolation: python_exec.Isolation
+) -> None:
+    port, hits = http_server
+    url = f"http://127.0.0.1:{port}/from-test"
+    with urllib.request.urlopen(url, timeout=3) as response:  # the server is really reachable
+        assert response.read() == b"secret-payload"
+    code = (
+        "import urllib.request\n"
+        "try:\n"
+        f"    print('GOT', urllib.request.urlopen('http://127.0.0.1:{port}/from-sandbox', timeout=1).read())\n"
+        "except Exception as exc:\n"
+        "    print('BLOCKED', type(exc).__name__, exc)\n"
+    )
+    result = await run_sandboxed(code, timeout_s=3, isolation=isolation)
+    assert "BLOCKED" in result.stdout, result.stdout + result.stderr
+    assert "secret-payload" not in result.stdout
+    assert hits == ["/from-test"]
+
+
+async def test_fork_bomb_is_stopped_and_leaves_nothing_behind() -> None:
+    code = (
+        "import os, time\n"
+        "n = 0\n"
+        "for _ in range(300):\n"
+        "    try:\n"
+        "        pid = os.fork()\n"
+        "    except OSError as exc:\n"
+        "        print('fork refused after', n, type(exc).__name__)\n"
+        "        break\n"
+        "    if pid == 0:\n"
+        "        time.sleep(60)\n"
+        "        os._exit(0)\n"
+        "    n += 1\n"
+        "time.sleep(60)\n"
+    )
+    start = time.monotonic()
+    result = await run_sandboxed(code, timeout_s=2, max_procs=16)
+    assert time.monotonic() - start < 2 + 5
+    assert result.timed_out and result.killed_signal == 9
+    assert "fork refused after" in result.stdout or "PermissionError" in result.stderr
+    if result.isolation == "namespaces":
+        assert int(result.stdout.split()[3]) < 16  # RLIMIT_NPROC binds under the sandbox uid
+    await assert_nothing_left(result)
+    after = await run_sandboxed("print('still fine')", timeout_s=3)  # the machine still works
+    assert after.stdout == "still fine\n"
+
+
+async def test_parallel_runs_overlap_and_stay_apart() -> None:
+    code = "import os, time\nopen('mine.txt', 'w').write('x')\ntime.sleep(0.6)\nprint(sorted(os.listdir('.')))"
+    start = time.monotonic()
+    results = await asyncio.gather(*(run_sandboxed(code, timeout_s=3) for _ in range(4)))
+    assert time.monotonic() - start < 4 * 0.6  # serial runs could not finish this soon
+    assert all(r.exit_code == 0 and r.stdout == "['main.py', 'mine.txt']\n" for r in results), results
+    assert len({r.workdir for r in results}) == 4
+    if results[0].isolation == "namespaces":
+        assert len({r.uid for r in results}) == 4
+
+
+async def test_detached_grandchild_dies_with_the_run() -> None:
+    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('parent done')\n"
+    result = await run_sandboxed(code, timeout_s=3)
+    if result.isolation != "namespaces":
+        pytest.skip("only the namespaces isolation can fork")
+    assert result.stdout == "parent done\n"
+    await assert_nothing_left(result)
+
+
+async def test_memory_hog_fails_with_memory_error(registry: ToolRegistry) -> None:
+    code = "block = bytearray(2 * 1024**3)\nprint('allocated')"
+    result = await registry.call("python", {"code": code, "timeout_s": 3})
+    assert result.status is ToolStatus.EXEC_ERROR
+    assert "MemoryError" in (result.error or "")
+    assert "allocated" not in result.output
+
+
+async def test_endless_loop_times_out_quickly(registry: ToolRegistry) -> None:
+    start = time.monotonic()
+    result = await registry.call("python", {"code": "print('spinning')\nwhile True:\n    pass", "timeout_s": 1})
+    assert time.monotonic() - start < 1 + 4
+    assert result.status is ToolStatus.TIMEOUT
+    assert result.output == "spinning\n"  # what was printed before the kill still comes back
+
+
+@pytest.mark.parametrize("isolation", ["auto", "audit-hook"])
+async def test_timed_out_process_group_is_killed(isolation: python_exec.Isolation) -> None:
+    start = time.monotonic()
+    result = await run_sandboxed("while True:\n    pass", timeout_s=1, isolation=isolation)
+    assert time.monotonic() - start < 1 + 4
+    assert result.timed_out and result.killed_signal == 9
+    await assert_nothing_left(result)
+
+
+async def test_cancelled_call_kills_the_child_and_cleans_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def recording_mkdtemp(**kwargs: str) -> str:
+        seen.append(real_mkdtemp(**kwargs))
+        return seen[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", recording_mkdtemp)
+    task = asyncio.ensure_future(run_sandboxed("import time\ntime.sleep(60)", timeout_s=3))
+    await asyncio.sleep(0.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    fake = SandboxResult("", "", 0, False, None, uid=None, pid=-1, workdir=os.path.realpath(seen[0]))
+    await assert_nothing_left(fake)
+
+
+async def test_errors_and_exit_codes_become_exec_error(registry: ToolRegistry) -> None:
+    crash = await registry.call("python", {"code": "print('before')\nraise ValueError('boom')", "timeout_s": 3})
+    assert crash.status is ToolStatus.EXEC_ERROR
+    assert crash.output == "before\n"
+    assert "ValueError: boom" in (crash.error or "")
+    exited = await registry.call("python", {"code": "import sys\nsys.exit(3)", "timeout_s": 3})
+    assert exited.status is ToolStatus.EXEC_ERROR and exited.data["exit_code"] == 3
+    assert exited.error == "exited with code 3"
+
+
+async def test_output_is_capped_per_stream() -> None:
+    result = await run_sandboxed("print('x' * 200_000)", timeout_s=3)
+    assert result.exit_code == 0
+    assert len(result.stdout) < python_exec.OUTPUT_LIMIT + 100
+    assert result.stdout.endswith("bytes]") and "truncated" in result.stdout
+
+
+async def test_falls_back_to_the_audit_hook_when_namespaces_fail(monkeypatch: pytest.MonkeyPatch) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("without root the fallback is the only mode")
+
+    def refuse(*args: object) -> None:
+        raise PermissionError("unshare not permitted")
+
+    monkeypatch.setattr(python_exec, "_enter_namespaces", refuse)
+    monkeypatch.setattr(python_exec, "_namespaces_work", None)
+    result = await run_sandboxed("print('fallback works')", timeout_s=3)
+    assert result.isolation == "audit-hook" and result.stdout == "fallback works\n"
+    assert python_exec._namespaces_work is False
+
+
+@pytest.mark.parametrize(
+    "args",
+    [{"code": "print(1)", "timeout_s": 0}, {"code": "print(1)", "timeout_s": 500}, {"timeout_s": 2}, {"code": 5}],
+)
+async def test_invalid_args_are_reported_not_run(registry: ToolRegistry, args: dict[str, object]) -> None:
+    result = await registry.call("python", args)
+    assert result.status is ToolStatus.INVALID_ARGS
+    assert result.error and result.error.startswith("python:")
