@@ -38,3 +38,13 @@ def test_narrow_pins_names_and_drops_fields() -> None:
     assert call["tool"] == {"enum": ["a", "b"]}
     assert "args" not in call
     assert "args" in ParaAction.model_json_schema()["$defs"]["Call"]["properties"]  # original untouched
+
+
+def test_narrow_requires_fields_that_have_defaults() -> None:
+    schema = narrow(ParaAction.model_json_schema(), {"tool": ["a"]}, drop=("args",))
+    assert set(schema["required"]) == {"thought", "calls", "final"}
+    assert set(schema["$defs"]["Call"]["required"]) == {"tool", "input"}
+
+
+def test_raw_newline_inside_string_is_accepted() -> None:
+    assert extract_json('{"thought": "line one\nline two", "final": true}')["final"] is True

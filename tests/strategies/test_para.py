@@ -141,3 +141,11 @@ async def test_wall_budget_stops_a_hanging_model(store: TraceStore) -> None:
                       budget=Budget(wall_s=0.2))
     assert res.status == "budget_exceeded" and res.wall_s < 5
     assert store.episode(res.trace_id)["finished"] == 1  # type: ignore[index]
+
+
+async def test_calls_sent_with_final_run_then_stop(store: TraceStore) -> None:
+    slow = SlowTool(0.0)
+    orch = ScriptedModel([action([{"tool": "slow", "input": "a"}, {"tool": "slow", "input": "b"}], final=True), "syn"], name="orch")
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store)
+    assert len(slow.spans) == 2 and res.meta["rounds"] == 1 and res.answer == "syn"
+    assert "echo a" in orch.calls[-1][-1]["content"]  # the synthesis saw the results

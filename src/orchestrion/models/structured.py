@@ -8,6 +8,7 @@ bounded number of times. Every attempt, valid or not, is kept as data.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any, TypeVar
 
@@ -36,6 +37,10 @@ def extract_json(text: str) -> Any:
             return orjson.loads(cand)
         except orjson.JSONDecodeError as exc:
             last = exc
+        try:  # small models put raw newlines inside strings; accept them
+            return json.loads(cand, strict=False)
+        except json.JSONDecodeError:
+            pass
     raise ValueError(f"no JSON object found ({last})" if last else "empty output")
 
 

@@ -29,7 +29,7 @@ class ParaAction(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    thought: str = Field(default="", max_length=300)
+    thought: str = Field(default="", max_length=200)
     calls: list[Call] = Field(default_factory=list, max_length=4)
     final: bool = False
 
@@ -65,9 +65,16 @@ class Revision(BaseModel):
     model: str | None = None
 
 
-def narrow(schema: dict[str, Any], enums: dict[str, list[str]], drop: tuple[str, ...] = ()) -> dict[str, Any]:
-    """A copy of ``schema`` where each property named in ``enums`` may only take those values
-    and the properties named in ``drop`` are left out."""
+def narrow(
+    schema: dict[str, Any],
+    enums: dict[str, list[str]],
+    drop: tuple[str, ...] = (),
+    optional: tuple[str, ...] = ("model",),
+) -> dict[str, Any]:
+    """A copy of ``schema`` for constrained decoding: each property named in ``enums`` may
+    only take those values, properties in ``drop`` are left out, and every other property
+    is required (except those in ``optional``), so a decoder cannot skip a field by
+    leaning on its default."""
     out = copy.deepcopy(schema)
 
     def visit(node: Any) -> None:
@@ -79,6 +86,7 @@ def narrow(schema: dict[str, Any], enums: dict[str, list[str]], drop: tuple[str,
                 for key, values in enums.items():
                     if key in props and values:
                         props[key] = {"enum": list(values)}
+                node["required"] = [k for k in props if k not in optional]
             for value in node.values():
                 visit(value)
         elif isinstance(node, list):

@@ -49,7 +49,7 @@ class Para(Strategy):
                     history.append(f"Round {rnd}: your reply was not a valid action ({decision.error}).")
                     continue
                 action = decision.action
-                if action.final or not action.calls:
+                if not action.calls:
                     break
                 calls = action.calls[:max_calls]
                 outcomes = await ctx.parallel(self._run_call(ctx, call) for call in calls)
@@ -57,6 +57,8 @@ class Para(Strategy):
                     results.append((call, result))
                     where = f" on {call.model}" if call.model else ""
                     history.append(f"Round {rnd} call {i}: {call.tool}{where} <- {call.input[:120]!r} -> {result.feedback(300)}")
+                if action.final:  # calls sent together with final are the last ones
+                    break
         text = await synthesize(task, [f"{c.tool}: {r.feedback(600)}" for c, r in results], ctx)
         return Answer(text, meta={"rounds": rnd, "calls": len(results), "invalid_decisions": invalid})
 

@@ -24,7 +24,8 @@ def _label(span: dict[str, Any], t0: float) -> str:
     detail = ""
     if span["kind"] in ("tool", "agent"):
         model = f" on {attrs['model']}" if attrs.get("model") else ""
-        detail = f"{model} args={_short(attrs.get('args'))}"
+        shown = attrs.get("output") or attrs.get("error") or ""
+        detail = f"{model} args={_short(attrs.get('args'))} → {_short(shown, 60)}"
     elif span["kind"] == "call":
         detail = f" [{attrs.get('purpose', '')}] → {_short(attrs.get('output'))}"
     elif span["kind"] == "decision":
