@@ -23,7 +23,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,8 +60,8 @@ class Sample:
 class Row:
     fanout: int
     depth: int
-    ours: list[Sample]
-    sdk: list[Sample]
+    ours: list[Sample] = field(default_factory=list)
+    sdk: list[Sample] = field(default_factory=list)
 
 
 @contextmanager
@@ -83,8 +83,6 @@ def fake_server(delay_ms: float, start_timeout_s: float = 20.0) -> Iterator[str]
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
-        if proc.stdout is not None:
-            proc.stdout.close()
 
 
 async def measure(work: Callable[[], Awaitable[None]], calls: int, settle: Callable[[], Awaitable[None]] | None) -> Sample:
@@ -109,18 +107,16 @@ class Orchestrion:
         self.pool = Pool(PoolConfig(models=[spec]), source="<bench>")
         self.store = store
 
-    def nodes(self, ctx: RunContext, fanout: int, depth: int) -> list[Node]:
+    @staticmethod
+    def nodes(ctx: RunContext, fanout: int, depth: int) -> list[Node]:
+        """``depth`` layers of ``fanout`` calls; node i of layer k depends on node i of layer k-1."""
         def make(layer: int, i: int) -> Callable[[Mapping[str, Any]], Awaitable[str]]:
             async def run(inputs: Mapping[str, Any]) -> str:
                 done = await ctx.generate([msg("user", f"layer {layer} branch {i}")], model=MODEL, config=CALL_CONFIG)
                 return done.text
             return run
 
-        return [
-            Node(f"L{layer}.{i}", make(layer, i), deps=(f"L{layer - 1}.{i}",) if layer else ())
-            for layer in range(depth)
-            for i in range(fanout)
-        ]
+        return [Node(f"L{k}.{i}", make(k, i), deps=(f"L{k - 1}.{i}",) if k else ()) for k in range(depth) for i in range(fanout)]
 
     async def run(self, fanout: int, depth: int) -> Sample:
         episode_id = new_id()
@@ -166,7 +162,6 @@ class Sdk:
         async def work() -> None:
             for layer in range(depth):
                 await asyncio.gather(*(self.call(layer, i) for i in range(fanout)))
-
         return await measure(work, fanout * depth, None)
 
 
@@ -224,7 +219,7 @@ async def bench(args: argparse.Namespace, base_url: str, store: TraceStore) -> l
         rows: list[Row] = []
         for fanout in args.fanout:
             for depth in args.depth:
-                row = Row(fanout, depth, [], [])
+                row = Row(fanout, depth)
                 for r in range(args.repeat):  # alternate who goes first, so drift hurts both alike
                     order = ((ours.run, row.ours), (sdk.run, row.sdk))
                     for run, samples in order if r % 2 == 0 else order[::-1]:

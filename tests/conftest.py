@@ -1,4 +1,4 @@
-"""Shared fixtures: a temporary trace store and scripted-model pools."""
+"""Shared fixtures: a temporary trace store, and no test touching ~/.orchestrion."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrion import Pool, ScriptedModel, TraceStore
+from orchestrion import TraceStore
 
 
 @pytest.fixture
@@ -21,7 +21,3 @@ def store(tmp_path: Path) -> Iterator[TraceStore]:
 def _isolated_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test writes to the user's ~/.orchestrion."""
     monkeypatch.setenv("ORCHESTRION_DB", str(tmp_path / "default.db"))
-
-
-def scripted_pool(*models: ScriptedModel, **roles: str) -> Pool:
-    return Pool.from_models(list(models), **roles)

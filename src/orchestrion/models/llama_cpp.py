@@ -115,7 +115,7 @@ class LlamaCppModel:
         key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode()
         grammar = self._grammars.get(key)
         if grammar is None:
-            from llama_cpp import LlamaGrammar
+            from llama_cpp.llama_grammar import LlamaGrammar
 
             grammar = LlamaGrammar.from_json_schema(key, verbose=False)
             self._grammars[key] = grammar

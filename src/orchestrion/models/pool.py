@@ -138,10 +138,18 @@ class Pool:
             raise ConfigError(f"{p}: field '{loc}': {err['msg']}") from None
 
     @classmethod
-    def from_models(cls, models: Sequence[Model], **roles: str) -> "Pool":
+    def from_models(
+        cls,
+        models: Sequence[Model],
+        *,
+        orchestrator: str | None = None,
+        synthesizer: str | None = None,
+        executor: str | None = None,
+    ) -> "Pool":
         """A pool over ready-made model objects (tests, notebooks)."""
         specs = [ModelSpec(name=m.name, backend="scripted") for m in models]
-        pool = cls(PoolConfig(models=specs, **roles), source="<in-memory>")
+        config = PoolConfig(models=specs, orchestrator=orchestrator, synthesizer=synthesizer, executor=executor)
+        pool = cls(config, source="<in-memory>")
         pool._models = {m.name: m for m in models}
         return pool
 

@@ -143,8 +143,8 @@ class TraceStore:
                         elif isinstance(entry, tuple) and isinstance(entry[0], asyncio.AbstractEventLoop):
                             markers.append(entry)
                         else:
-                            sql, params = entry  # type: ignore[misc]
-                            conn.execute(sql, params)
+                            stmt: _Stmt = entry  # type: ignore[assignment]
+                            conn.execute(stmt[0], stmt[1])
                 self.transactions += 1
             except sqlite3.Error as exc:
                 self._error = exc
