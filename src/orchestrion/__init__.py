@@ -26,6 +26,7 @@ from .models.scripted import ScriptedModel
 from .runtime.budget import Budget, BudgetTracker
 from .runtime.context import Decision, RunContext
 from .runtime.protocol import Call, ParaAction, Revision, SubAgentAction
+from .runtime.plan import Plan, Subtask, execute_plan
 from .runtime.scheduler import Node, NodeResult, run_dag
 from .runtime.subagent import Harness, SubAgent, SubAgentReport
 from .strategies.base import Answer, Strategy, Task, get_strategy, register, strategies
@@ -41,7 +42,7 @@ __all__ = [
     "Answer", "Budget", "BudgetExceededError", "BudgetTracker", "Call", "Completion", "ConfigError",
     "Decision", "EpisodeResult", "GenerateConfig", "Harness", "Message", "Model", "ModelError",
     "ModelNotFoundError", "ModelSpec", "ModelUnavailableError", "Node", "NodeResult", "OrchestrionError",
-    "ParaAction", "PlanError", "Pool", "PoolConfig", "Price", "Revision", "RunContext", "ScriptedModel",
+    "ParaAction", "Plan", "PlanError", "Subtask", "execute_plan", "Pool", "PoolConfig", "Price", "Revision", "RunContext", "ScriptedModel",
     "Span", "Strategy", "StrategyNotFoundError", "StructuredOutputError", "SubAgent", "SubAgentAction",
     "SubAgentReport", "Task", "Tool", "ToolNotFoundError", "ToolRegistry", "ToolResult", "ToolStatus",
     "TraceError", "TraceStore", "Tracer", "Usage", "__version__", "default_tools", "get_strategy", "load_pool",

@@ -12,10 +12,11 @@ from __future__ import annotations
 from typing import Any
 
 from .._prompts import render
-from ..models._types import GenerateConfig, msg
+from ..models._types import msg
 from ..runtime.context import RunContext
 from ..runtime.protocol import Call, ParaAction, narrow
 from ..tools.envelope import ToolResult
+from ..runtime.synthesis import synthesize
 from .base import Answer, Strategy, Task, register
 
 
@@ -59,7 +60,7 @@ class Para(Strategy):
                     history.append(f"Round {rnd} call {i}: {call.tool}{where} <- {call.input[:120]!r} -> {result.feedback(300)}")
                 if action.final:  # calls sent together with final are the last ones
                     break
-        text = await synthesize(task, [f"{c.tool}: {r.feedback(600)}" for c, r in results], ctx)
+        text = await synthesize(task.prompt, [f"{c.tool}: {r.feedback(600)}" for c, r in results], ctx)
         return Answer(text, meta={"rounds": rnd, "calls": len(results), "invalid_decisions": invalid})
 
     @staticmethod
@@ -68,18 +69,6 @@ class Para(Strategy):
         if args is None and call.tool in ctx.tools:
             args = ctx.tools.get(call.tool).args_from_input(call.input)
         return await ctx.call_tool(call.tool, args, model=call.model)
-
-
-async def synthesize(task: Task, results: list[str], ctx: RunContext) -> str:
-    """Turn a trajectory's results into the final answer on the synthesis model."""
-    body = "\n".join(f"- {r}" for r in results[-12:]) or "- (no results; answer from your own knowledge)"
-    out = await ctx.generate(
-        [msg("user", render("synthesize", task=task.prompt, results=body))],
-        model=str(ctx.option("synthesizer", ctx.pool.synthesizer)),
-        config=GenerateConfig(max_tokens=int(ctx.option("max_tokens", 256))),
-        name="synthesis",
-    )
-    return out.text.strip()
 
 
 def _recent(history: list[str], keep: int = 8) -> str:
