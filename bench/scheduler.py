@@ -44,7 +44,7 @@ TARGET_DELAY_MS = 50.0
 TARGET_RATIO = {64: 1.2, 256: 1.8}  # fan-out -> highest acceptable ratio, at 50 ms per call
 TARGET_CPU_MS = 0.3  # per call, orchestration and tracing included
 
-console = Console(width=max(120, Console().width))  # keep the table readable when piped
+console = Console(width=max(140, Console().width))  # keep the table readable when piped
 
 
 @dataclass
@@ -172,8 +172,8 @@ def verdict(row: Row, delay_ms: float) -> str:
     misses = ["cpu"] if cpu_ms(row.ours) > TARGET_CPU_MS else []
     limit = TARGET_RATIO.get(row.fanout) if delay_ms == TARGET_DELAY_MS else None
     if limit is not None and ratio(row.ours, row.depth, delay_ms) > limit:
-        misses.append(f"ratio > {limit}")
-    return "[green]PASS[/]" if not misses else "[red]MISS[/] (" + ", ".join(misses) + ")"
+        misses.append(f"ratio>{limit}")
+    return "[green]PASS[/]" if not misses else "[red]MISS[/] " + ", ".join(misses)
 
 
 def report(rows: list[Row], delay_ms: float, repeat: int) -> None:

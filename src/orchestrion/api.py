@@ -117,8 +117,9 @@ async def solve(
         usage = tracker.usage
         the_store.submit(
             "UPDATE episodes SET status=?, answer=?, error=?, ended=?, input_tokens=?, output_tokens=?, "
-            "cost_usd=?, cost_units=?, finished=1 WHERE id=?",
-            (status, answer, error, ended, usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.cost_units, episode_id),
+            "cost_usd=?, cost_units=?, meta=json_patch(meta, ?), finished=1 WHERE id=?",
+            (status, answer, error, ended, usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.cost_units,
+             dumps({"result": meta}), episode_id),
         )
         await asyncio.shield(the_store.aflush())
     return EpisodeResult(answer, status, the_strategy.name, usage, ended - started, episode_id, error, meta)

@@ -149,3 +149,11 @@ async def test_calls_sent_with_final_run_then_stop(store: TraceStore) -> None:
     res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store)
     assert len(slow.spans) == 2 and res.meta["rounds"] == 1 and res.answer == "syn"
     assert "echo a" in orch.calls[-1][-1]["content"]  # the synthesis saw the results
+
+
+async def test_answer_meta_is_stored_with_the_episode(store: TraceStore) -> None:
+    orch = ScriptedModel([action([], True), "syn"], name="orch")
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([]), store=store)
+    meta = json.loads(store.episode(res.trace_id)["meta"])  # type: ignore[index]
+    assert meta["result"] == {"rounds": 1, "calls": 0, "invalid_decisions": 0}
+    assert "options" in meta and "budget" in meta
