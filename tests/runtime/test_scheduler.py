@@ -109,3 +109,16 @@ async def test_cancellation_cancels_running_nodes() -> None:
 async def test_duplicate_ids_rejected() -> None:
     with pytest.raises(PlanError, match="duplicate"):
         await run_dag([Node("a", sleeper(1)), Node("a", sleeper(2))])
+
+
+async def test_long_chain_of_skips_does_not_recurse() -> None:
+    async def boom(_: Mapping[str, Any]) -> None:
+        raise RuntimeError("first fails")
+
+    nodes = [Node("n0", boom)] + [Node(f"n{i}", sleeper(i, 0.0), deps=(f"n{i-1}",)) for i in range(1, 3000)]
+    res = await run_dag(nodes)
+    assert res["n2999"].status == "skipped" and len(res) == 3000
+
+
+async def test_empty_dag() -> None:
+    assert await run_dag([]) == {}

@@ -69,7 +69,11 @@ def topological_order(nodes: Mapping[str, Iterable[str]]) -> list[str]:
 
 
 async def run_dag(nodes: Iterable[Node], *, max_parallel: int | None = None) -> dict[str, NodeResult]:
-    """Run a DAG; returns one result per node. Cancelling the caller cancels every running node."""
+    """Run a DAG; returns one result per node. Cancelling the caller cancels every running node.
+
+    Bookkeeping is O(V+E) overall: each node keeps a count of unfinished
+    dependencies, and a finished node only visits its own children.
+    """
     by_id: dict[str, Node] = {}
     for node in nodes:
         if node.id in by_id:
@@ -77,8 +81,16 @@ async def run_dag(nodes: Iterable[Node], *, max_parallel: int | None = None) -> 
         by_id[node.id] = node
     topological_order({n.id: n.deps for n in by_id.values()})
     results: dict[str, NodeResult] = {}
+    if not by_id:
+        return results
+    children: dict[str, list[str]] = {i: [] for i in by_id}
+    waiting = {i: len(n.deps) for i, n in by_id.items()}
+    for n in by_id.values():
+        for d in n.deps:
+            children[d].append(n.id)
     gate = asyncio.Semaphore(max_parallel) if max_parallel else None
-    running: dict[asyncio.Task[NodeResult], str] = {}
+    running: set[asyncio.Task[NodeResult]] = set()
+    all_done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
     async def execute(node: Node) -> NodeResult:
         inputs = {d: results[d].value for d in node.deps}
@@ -86,8 +98,11 @@ async def run_dag(nodes: Iterable[Node], *, max_parallel: int | None = None) -> 
             await gate.acquire()
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(node.timeout_s):
+            if node.timeout_s is None:
                 value = await node.run(inputs)
+            else:
+                async with asyncio.timeout(node.timeout_s):
+                    value = await node.run(inputs)
             return NodeResult(node.id, "ok", value, started=started, ended=time.perf_counter())
         except TimeoutError:
             return NodeResult(node.id, "timeout", error=f"timed out after {node.timeout_s:g}s", started=started, ended=time.perf_counter())
@@ -99,29 +114,47 @@ async def run_dag(nodes: Iterable[Node], *, max_parallel: int | None = None) -> 
             if gate is not None:
                 gate.release()
 
-    def launch_ready() -> None:
-        for node in by_id.values():
-            if node.id in results or node.id in running.values():
-                continue
-            if any(d not in results for d in node.deps):
-                continue
-            bad = [d for d in node.deps if results[d].status != "ok"]
-            if bad:
-                results[node.id] = NodeResult(node.id, "skipped", error=f"dependency '{bad[0]}' {results[bad[0]].status}")
-                launch_ready()
-                return
-            running[asyncio.create_task(execute(node), name=f"node:{node.id}")] = node.id
+    def settle(first_id: str, first: NodeResult | None) -> None:
+        """Record a result, then start (or skip) every child it made ready; iterative, no recursion."""
+        todo: list[tuple[str, NodeResult | None]] = [(first_id, first)]
+        while todo:
+            node_id, result = todo.pop()
+            node = by_id[node_id]
+            if result is None:  # ready to start: skip if a dependency failed
+                bad = next((d for d in node.deps if results[d].status != "ok"), None)
+                if bad is None:
+                    task = asyncio.create_task(execute(node), name=f"node:{node_id}")
+                    running.add(task)
+                    task.add_done_callback(on_done)
+                    continue
+                result = NodeResult(node_id, "skipped", error=f"dependency '{bad}' {results[bad].status}")
+            results[node_id] = result
+            for child in children[node_id]:
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    todo.append((child, None))
+        if len(results) == len(by_id) and not all_done.done():
+            all_done.set_result(None)
 
-    launch_ready()
+    def on_done(task: asyncio.Task[NodeResult]) -> None:
+        running.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:  # not an Exception subclass (execute catches those): stop everything
+            if not all_done.done():
+                all_done.set_exception(exc)
+            return
+        result = task.result()
+        settle(result.id, result)
+
+    for node_id, node in by_id.items():
+        if not node.deps:
+            settle(node_id, None)
     try:
-        while running:
-            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                node_id = running.pop(task)
-                results[node_id] = task.result()
-            launch_ready()
-    except asyncio.CancelledError:
-        for task in running:
+        await all_done
+    except BaseException:
+        for task in list(running):
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
         raise

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import queue
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -52,7 +52,6 @@ CREATE TABLE IF NOT EXISTS decisions (
 CREATE INDEX IF NOT EXISTS decisions_episode ON decisions(episode_id);
 """
 
-_Stmt = tuple[str, Sequence[Any]]
 _Marker = threading.Event | tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 _STOP = object()
 
@@ -76,7 +75,9 @@ class TraceStore:
                 conn.executescript(SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise TraceError(f"trace store {self.path}: cannot open ({exc}); set ORCHESTRION_DB or --db to a writable file") from None
-        self._queue: queue.Queue[object] = queue.Queue()
+        self._pending: list[object] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
         self._error: BaseException | None = None
         self.transactions = 0
         self._thread = threading.Thread(target=self._writer, name="orchestrion-trace-writer", daemon=True)
@@ -93,12 +94,21 @@ class TraceStore:
         """Enqueue one statement; it is committed by the writer thread soon after."""
         if self._error is not None:
             raise TraceError(f"trace store {self.path}: writer failed: {self._error}")
-        self._queue.put((sql, params))
+        self._put((sql, params))
+
+    def _put(self, item: object) -> None:
+        # A plain list under a lock: cheaper than queue.Queue, and the writer is only
+        # woken when the list goes from empty to non-empty.
+        with self._lock:
+            self._pending.append(item)
+            first = len(self._pending) == 1
+        if first:
+            self._wake.set()
 
     def flush(self, timeout_s: float = 30.0) -> None:
         """Block until every statement enqueued before this call is committed."""
         done = threading.Event()
-        self._queue.put(done)
+        self._put(done)
         if not done.wait(timeout_s):
             raise TraceError(f"trace store {self.path}: flush timed out after {timeout_s:g}s")
         self._raise_if_failed()
@@ -107,7 +117,7 @@ class TraceStore:
         """Like :meth:`flush`, without blocking the event loop."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
-        self._queue.put((loop, fut))
+        self._put((loop, fut))
         await fut
         self._raise_if_failed()
 
@@ -117,34 +127,38 @@ class TraceStore:
 
     def close(self) -> None:
         if self._thread.is_alive():
-            self._queue.put(_STOP)
+            self._put(_STOP)
             self._thread.join(timeout=30)
 
     def _writer(self) -> None:
         conn = self._connect()
         stop = False
         while not stop:
-            item = self._queue.get()
-            batch: list[object] = [item]
-            # linger briefly so that bursts become one transaction
-            try:
-                while len(batch) < self._batch_max:
-                    batch.append(self._queue.get(timeout=self._linger_s if len(batch) == 1 else 0))
-            except queue.Empty:
-                pass
+            self._wake.wait()
+            time.sleep(self._linger_s)  # let a burst accumulate into one transaction
+            with self._lock:
+                batch, self._pending = self._pending, []
+                self._wake.clear()
             markers: list[_Marker] = []
             try:
                 with conn:
+                    group_sql: str | None = None
+                    group: list[Sequence[Any]] = []
                     for entry in batch:
                         if entry is _STOP:
                             stop = True
-                        elif isinstance(entry, threading.Event):
-                            markers.append(entry)
-                        elif isinstance(entry, tuple) and isinstance(entry[0], asyncio.AbstractEventLoop):
+                        elif isinstance(entry, threading.Event) or (
+                            isinstance(entry, tuple) and isinstance(entry[0], asyncio.AbstractEventLoop)
+                        ):
                             markers.append(entry)
                         else:
-                            stmt: _Stmt = entry  # type: ignore[assignment]
-                            conn.execute(stmt[0], stmt[1])
+                            sql: str = entry[0]  # type: ignore[index]
+                            params: Sequence[Any] = entry[1]  # type: ignore[index]
+                            if sql != group_sql:
+                                _run(conn, group_sql, group)
+                                group_sql, group = sql, []
+                            group.append(params)
+                    _run(conn, group_sql, group)
                 self.transactions += 1
             except sqlite3.Error as exc:
                 self._error = exc
@@ -184,6 +198,16 @@ class TraceStore:
 
     def decisions(self, episode_id: str) -> list[dict[str, Any]]:
         return self.query("SELECT * FROM decisions WHERE episode_id = ? ORDER BY seq, attempt", (episode_id,))
+
+
+def _run(conn: sqlite3.Connection, sql: str | None, rows: list[Sequence[Any]]) -> None:
+    """Run consecutive identical statements as one executemany (order is kept)."""
+    if sql is None or not rows:
+        return
+    if len(rows) == 1:
+        conn.execute(sql, rows[0])
+    else:
+        conn.executemany(sql, rows)
 
 
 def _resolve(fut: "asyncio.Future[None]") -> None:

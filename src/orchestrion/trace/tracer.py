@@ -9,7 +9,7 @@ when it ends, so each span row holds the cost rolled up over its subtree.
 from __future__ import annotations
 
 import time
-import uuid
+import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
@@ -33,7 +33,9 @@ def reset_current(token: Token["Span | None"]) -> None:
 
 
 def new_id() -> str:
-    return uuid.uuid4().hex
+    """A random 128-bit hex id. Not uuid4: os.urandom releases the GIL on every call,
+    which forced a thread switch to the trace writer per span (bench/scheduler.py)."""
+    return f"{random.getrandbits(128):032x}"
 
 
 def dumps(value: Any) -> str:
@@ -50,6 +52,7 @@ class Span:
         self.name = name
         self.parent = parent
         self.attrs = attrs
+        self._changed: dict[str, Any] = {}
         self.started = time.time()
         self.ended: float | None = None
         self.status = "running"
@@ -57,6 +60,7 @@ class Span:
 
     def set(self, **attrs: Any) -> None:
         self.attrs.update(attrs)
+        self._changed.update(attrs)
 
     def charge(self, usage: Usage) -> None:
         """Add usage incurred directly in this span to it and all its ancestors."""
@@ -71,7 +75,8 @@ class Span:
         self.ended = time.time()
         self.status = status
         self.tracer.store.submit(
-            "UPDATE spans SET ended=?, status=?, input_tokens=?, output_tokens=?, cost_usd=?, cost_units=?, attrs=? WHERE id=?",
+            "UPDATE spans SET ended=?, status=?, input_tokens=?, output_tokens=?, cost_usd=?, cost_units=?, "
+            "attrs=json_patch(attrs, ?) WHERE id=?",
             (
                 self.ended,
                 status,
@@ -79,7 +84,7 @@ class Span:
                 self.usage.output_tokens,
                 self.usage.cost_usd,
                 self.usage.cost_units,
-                dumps(self.attrs),
+                dumps(self._changed),  # only what changed: the prompt was written at start
                 self.id,
             ),
         )
