@@ -1,11 +1,74 @@
-"""Baselines: single-model strategies to compare orchestration against."""
+"""Baselines: single-model strategies to compare orchestration against.
+
+- ``direct``: one call, no tools.
+- ``cot``: one chain-of-thought call; the answer is read off the last line.
+- ``vote``: ``k`` chain-of-thought samples in parallel, majority after normalisation.
+- ``self-refine``: draft, then critique and refine until the critic is satisfied
+  or ``max_iters`` rounds have run (Madaan et al., 2023).
+- ``react``: one sub-agent holding every registered tool; its history is
+  synthesised into an answer when it ends without one.
+
+Every baseline except ``direct`` records the model it ran on in ``meta["model"]``,
+so its scored episodes are data for the ``router`` baseline.
+"""
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+from typing import Any
+
+from .._errors import BudgetExceededError
 from .._prompts import render
 from ..models._types import GenerateConfig, msg
 from ..runtime.context import RunContext
+from ..runtime.subagent import Harness, SubAgent, SubAgentReport
+from ..runtime.synthesis import synthesize
+from ..tools.agents import last_line, majority, normalise
 from .base import Answer, Strategy, Task, register
+
+_LABEL = re.compile(r"^\W*(?:the\s+)?(?:final\s+)?answer(?:\s*[:=\-]|\s+is\b\s*:?)\s*", re.IGNORECASE)
+_VERDICT = re.compile(r"verdict", re.IGNORECASE)
+_APPROVE = {"ok", "okay", "correct", "fine", "good", "accept", "accepted"}
+_REJECT = {"revise", "incorrect", "wrong", "not", "no", "reject", "rejected", "improve"}
+
+
+def extract_answer(text: str) -> str:
+    """The answer in a chain-of-thought output.
+
+    The last line that starts with an answer label (``Answer:``, ``Final answer:``,
+    ``**Answer:**``, ``The answer is``), without the label; when no line has one,
+    the last non-empty line. A label with nothing after it is skipped. Markdown
+    emphasis and a trailing full stop are trimmed.
+    """
+    for line in reversed([ln.strip() for ln in text.splitlines() if ln.strip()]):
+        if _LABEL.match(line):
+            rest = _LABEL.sub("", line, count=1).strip(" *_`").rstrip(" .")
+            if rest:
+                return rest
+    return last_line(text).strip(" *_`").rstrip(" .")
+
+
+def critique_satisfied(text: str) -> bool:
+    """Whether a critique approves the draft: its last ``VERDICT`` line says ok/correct
+    and has no negating word. No verdict line counts as not satisfied."""
+    for line in reversed(text.splitlines()):
+        if _VERDICT.search(line):
+            words = set(re.findall(r"[a-z]+", line.lower()))
+            return bool(words & _APPROVE) and not words & _REJECT
+    return False
+
+
+def _model(ctx: RunContext) -> str:
+    """Option ``model`` (checked against the pool), else the pool's orchestrator."""
+    name = str(ctx.option("model", ctx.pool.orchestrator))
+    ctx.pool.spec(name)
+    return name
+
+
+def _config(ctx: RunContext, *, temperature: float | None = None, seed: int | None = None) -> GenerateConfig:
+    temp = float(ctx.option("temperature", 0.7)) if temperature is None else temperature
+    return GenerateConfig(max_tokens=int(ctx.option("max_tokens", 256)), temperature=temp, seed=seed)
 
 
 @register
@@ -21,3 +84,126 @@ class Direct(Strategy):
             name="answer",
         )
         return Answer(out.text.strip())
+
+
+@register
+class ChainOfThought(Strategy):
+    """Answer.text is the extracted answer line; the full reasoning is in ``meta["reasoning"]``."""
+
+    name = "cot"
+    summary = "one chain-of-thought call; the answer is the last line"
+
+    async def solve(self, task: Task, ctx: RunContext) -> Answer:
+        model = _model(ctx)
+        out = await ctx.generate([msg("user", render("cot", task=task.prompt))], model=model,
+                                 config=_config(ctx), name="cot")
+        reasoning = out.text.strip()
+        return Answer(extract_answer(reasoning) or reasoning, meta={"model": model, "reasoning": reasoning})
+
+
+@register
+class Vote(Strategy):
+    """Majority vote over ``k`` concurrent chain-of-thought samples.
+
+    Answers are compared after :func:`~orchestrion.tools.agents.normalise`; a tie
+    goes to the tied answer that was sampled first (sample index order, not
+    completion order), and the text returned is that sample's own spelling.
+    """
+
+    name = "vote"
+    summary = "majority vote over k chain-of-thought samples run in parallel (k=5)"
+
+    async def solve(self, task: Task, ctx: RunContext) -> Answer:
+        k = max(1, int(ctx.option("k", 5)))
+        model = _model(ctx)
+        seed = ctx.option("seed", None)
+        temperature = float(ctx.option("temperature", 0.8))
+        prompt = [msg("user", render("cot", task=task.prompt))]
+        outs = await ctx.parallel(
+            ctx.generate(prompt, model=model, name=f"sample {i}",
+                         config=_config(ctx, temperature=temperature, seed=None if seed is None else int(seed) + i))
+            for i in range(k)
+        )
+        answers = [extract_answer(o.text) for o in outs]
+        winner, votes = majority(answers)
+        distribution = dict(Counter(normalise(a) for a in answers).most_common())
+        return Answer(winner, meta={"model": model, "k": k, "votes": votes, "answers": answers,
+                                    "distribution": distribution})
+
+
+@register
+class SelfRefine(Strategy):
+    """Draft, then up to ``max_iters`` rounds of critique + refinement.
+
+    The loop stops early when a critique approves the current draft
+    (:func:`critique_satisfied`); otherwise it ends after exactly ``max_iters``
+    refinements, so it always terminates. A budget stop after the first draft
+    returns the latest draft with status ``budget_exceeded``.
+    """
+
+    name = "self-refine"
+    summary = "draft, then critique and refine on the same model until approved (max_iters=3)"
+
+    async def solve(self, task: Task, ctx: RunContext) -> Answer:
+        max_iters = max(0, int(ctx.option("max_iters", 3)))
+        model = _model(ctx)
+        cfg = _config(ctx)
+        draft = (await ctx.generate([msg("user", render("cot", task=task.prompt))], model=model,
+                                    config=cfg, name="draft")).text.strip()
+        critiques: list[str] = []
+        refinements, stopped, status = 0, "max_iters", "ok"
+        try:
+            for i in range(1, max_iters + 1):
+                critique = (await ctx.generate([msg("user", render("refine_critique", task=task.prompt, draft=draft))],
+                                               model=model, config=cfg, name=f"critique {i}")).text.strip()
+                critiques.append(critique)
+                if critique_satisfied(critique):
+                    stopped = "satisfied"
+                    break
+                prompt = render("refine_improve", task=task.prompt, draft=draft, feedback=critique)
+                draft = (await ctx.generate([msg("user", prompt)], model=model, config=cfg,
+                                            name=f"refine {i}")).text.strip()
+                refinements += 1
+        except BudgetExceededError as exc:
+            stopped, status = f"budget: {exc}", "budget_exceeded"
+        meta = {"model": model, "refinements": refinements, "stopped": stopped, "critiques": critiques,
+                "final_draft": draft}
+        return Answer(extract_answer(draft) or draft, status=status, meta=meta)
+
+
+@register
+class ReAct(Strategy):
+    """One sub-agent (ReAct loop) with every registered tool and a step budget.
+
+    Its ``finish`` answer is the answer. When it ends otherwise (revise, stop,
+    exhausted, or finish without an answer) the answer is synthesised from its
+    tool results and final message; ``meta["ended"]`` records how it ended. The
+    status is ``ok`` whenever an answer came out, else ``no_answer``.
+    """
+
+    name = "react"
+    summary = "one ReAct agent holding every tool, with a step budget (max_steps=10)"
+
+    async def solve(self, task: Task, ctx: RunContext) -> Answer:
+        model = _model(ctx)
+        harness = Harness(instruction=task.prompt, model=model, tools=list(ctx.tools.names),
+                          step_budget=int(ctx.option("max_steps", 10)))
+        ctx.budget.new_subagent()
+        agent = SubAgent(ctx, harness, name="react")
+        report = await agent.run()
+        tool_results = [m["content"] for m in agent.history if m["role"] == "user" and m["content"].startswith("Result of ")]
+        meta: dict[str, Any] = {"model": model, "ended": report.kind, "steps": agent.steps_used,
+                                "tool_calls": len(tool_results), "synthesized": False}
+        if report.kind == "finish" and report.answer.strip():
+            return Answer(report.answer.strip(), meta=meta)
+        text = await synthesize(task.prompt, _findings(tool_results, report), ctx)
+        meta["synthesized"] = True
+        return Answer(text, status="ok" if text else "no_answer", meta=meta)
+
+
+def _findings(tool_results: list[str], report: SubAgentReport) -> list[str]:
+    """What the agent learned, for synthesis: its tool results, then its last message."""
+    out = list(tool_results)
+    if report.kind != "exhausted" or report.answer or report.evidence:
+        out.append("agent's last message: " + report.summary())
+    return out

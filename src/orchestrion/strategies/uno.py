@@ -1,1 +1,325 @@
-"""(being written)"""
+"""Uno-Orchestra: selective decomposition over admissible (model, primitive) pairs.
+
+One orchestrator decision picks a mode. ``direct``: one (model, primitive) pair
+answers the whole task and its output is the answer. ``decompose``: 2-6 subtasks,
+each on its own admissible pair, run as a plan (independent subtasks at once,
+``deps`` respected), then one synthesis call.
+
+Primitives map onto agent tools: direct -> one plain model call (added here as
+the ``direct`` agent tool), cot -> ``reasoner``, code -> ``coder`` (needs
+``python``), retrieval -> ``searcher`` (needs a ``retrieve`` tool that has a
+corpus), ensemble -> ``ensemble``. A pair is admissible when its model is in the
+pool, its tools are registered and, under the ``max_cost_usd`` option, its
+estimated cost is known and fits the cap. The decision schema pins model and
+primitive names to admissible ones; a validator rejects inadmissible pairs, bad
+dependencies and plans over the cap, so the runtime re-prompts with the error.
+
+Accuracy-cost objective: the prompt shows tiers, prices and the weight λ
+(option ``cost_weight``, per dollar). If the decision is still invalid after the
+repairs, :func:`choose_pair` answers directly with the pair of best
+:func:`utility` (tier as accuracy prior, price x expected tokens as cost; pairs
+of unknown cost come after every known-cost pair and are never costed as 0).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .._errors import PlanError
+from .._prompts import render
+from ..models._cost import cost_of
+from ..models._types import msg
+from ..models.pool import Pool
+from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
+from ..runtime.plan import Subtask, execute_plan, results_text
+from ..runtime.protocol import narrow
+from ..runtime.scheduler import topological_order
+from ..runtime.synthesis import synthesize
+from ..tools.agents import _PromptAgent
+from ..tools.registry import ToolRegistry
+from .base import Answer, Strategy, Task, register
+
+# primitive -> the agent tool that runs it, and the other tools it needs
+PRIMITIVE_TOOLS: dict[str, str] = {
+    "direct": "direct", "cot": "reasoner", "code": "coder", "retrieval": "searcher", "ensemble": "ensemble",
+}
+NEEDS: dict[str, tuple[str, ...]] = {"code": ("python",), "retrieval": ("retrieve",)}
+# (model calls, prompt tokens besides the task, output tokens per call): from the agent tools' templates and limits
+SHAPE: dict[str, tuple[int, int, int]] = {
+    "direct": (1, 40, 128), "cot": (1, 40, 256), "code": (1, 50, 384), "retrieval": (1, 250, 256), "ensemble": (3, 40, 256),
+}
+# accuracy priors (not measured): tier 1 -> 0.35 ... tier 5 -> 0.83, plus a small bonus per primitive
+PRIMITIVE_BONUS: dict[str, float] = {"direct": 0.0, "cot": 0.05, "code": 0.04, "retrieval": 0.03, "ensemble": 0.07}
+DEFAULT_COST_WEIGHT = 10.0  # accuracy points given up per dollar
+MAX_SUBTASKS = 6
+
+
+class DirectPrimitive(_PromptAgent):
+    """The ``direct`` primitive: one plain answer from the chosen model."""
+
+    name = "direct"
+    description = "answers the subtask in one plain call on the chosen model"
+    template = "uno_direct"
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One (model, primitive) executor with its accuracy prior and estimated cost (None = unknown)."""
+
+    model: str
+    primitive: str
+    tier: int
+    accuracy: float
+    est_cost: float | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.model}/{self.primitive}"
+
+
+def utility(expected_accuracy: float, est_cost: float | None, lam: float) -> float | None:
+    """Accuracy minus λ x cost; ``None`` when the cost is unknown (never costed as 0)."""
+    if est_cost is None:
+        return None
+    return expected_accuracy - lam * est_cost
+
+
+def prior_accuracy(tier: int, primitive: str) -> float:
+    return min(0.99, 0.35 + 0.12 * (tier - 1) + PRIMITIVE_BONUS.get(primitive, 0.0))
+
+
+def task_tokens(text: str) -> int:
+    return len(text) // 4 + 1
+
+
+def estimate_cost(pool: Pool, model: str, primitive: str, n_task_tokens: int) -> float | None:
+    """Dollar estimate of one pair on a task: the model's price x the primitive's expected tokens."""
+    calls, overhead, out = SHAPE[primitive]
+    return cost_of(pool.spec(model).price, calls * (overhead + n_task_tokens), calls * out)
+
+
+def tool_available(tools: ToolRegistry, name: str) -> bool:
+    """A registered tool that can work: ``retrieve`` also needs a corpus (without one it only errors)."""
+    if name not in tools:
+        return False
+    return name != "retrieve" or getattr(tools.get(name), "corpus", True) is not None
+
+
+def inadmissible_reason(
+    pool: Pool, tools: ToolRegistry, model: str, primitive: str, est_cost: float | None, cap: float | None
+) -> str | None:
+    """Why (model, primitive) may not be used, or ``None`` when it is admissible."""
+    if model not in pool.names:
+        return f"model '{model}' is not in the pool"
+    if primitive not in PRIMITIVE_TOOLS:
+        return f"unknown primitive '{primitive}'"
+    for name in (PRIMITIVE_TOOLS[primitive], *NEEDS.get(primitive, ())):
+        if not tool_available(tools, name):
+            return f"tool '{name}' is not available" + (" (no corpus)" if name in tools else "")
+    if cap is not None:
+        if est_cost is None:
+            return f"price of '{model}' is unknown, so it cannot be shown to fit the cost cap"
+        if est_cost > cap:
+            return f"estimated ${est_cost:.6f} is over the cost cap ${cap:g}"
+    return None
+
+
+def admissible_pairs(
+    pool: Pool, tools: ToolRegistry, task: str, cap: float | None = None
+) -> tuple[list[Pair], dict[str, str]]:
+    """Every admissible pair (pool order, then primitive order) and why each other one is not."""
+    n = task_tokens(task)
+    pairs: list[Pair] = []
+    excluded: dict[str, str] = {}
+    for model in pool.names:
+        for prim in PRIMITIVE_TOOLS:
+            cost = estimate_cost(pool, model, prim, n)
+            reason = inadmissible_reason(pool, tools, model, prim, cost, cap)
+            if reason is None:
+                pairs.append(Pair(model, prim, pool.spec(model).tier, prior_accuracy(pool.spec(model).tier, prim), cost))
+            else:
+                excluded[f"{model}/{prim}"] = reason
+    return pairs, excluded
+
+
+def choose_pair(pairs: list[Pair], lam: float) -> Pair | None:
+    """The deterministic fallback: best utility among known-cost pairs (ties: cheaper, then first);
+    only when no cost is known, the best accuracy prior among the rest."""
+    scored = [(u, -p.est_cost, p) for p in pairs
+              if p.est_cost is not None and (u := utility(p.accuracy, p.est_cost, lam)) is not None]
+    if scored:
+        best = scored[0]
+        for row in scored[1:]:  # strict: the first of equals wins
+            if row[:2] > best[:2]:
+                best = row
+        return best[2]
+    return max(pairs, key=lambda p: p.accuracy) if pairs else None
+
+
+class UnoStep(BaseModel):
+    """One subtask of a decomposition and the pair it runs on."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(min_length=1, max_length=24)
+    task: str = Field(min_length=1, max_length=300)
+    model: str = Field(max_length=80)
+    primitive: str = Field(max_length=12)
+    deps: list[str] = Field(default_factory=list, max_length=5)
+
+
+class UnoAction(BaseModel):
+    """The orchestrator's one decision: answer directly with one pair, or decompose."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    admissible: ClassVar[Mapping[tuple[str, str], float | None]] = {}
+    cost_cap: ClassVar[float | None] = None
+    max_subtasks: ClassVar[int] = MAX_SUBTASKS
+
+    thought: str = Field(default="", max_length=200)
+    mode: Literal["direct", "decompose"]
+    model: str = Field(max_length=80, description="the model that answers, in direct mode")
+    primitive: str = Field(max_length=12, description="how it answers, in direct mode")
+    subtasks: list[UnoStep] = Field(default_factory=list, max_length=MAX_SUBTASKS)
+
+    @model_validator(mode="after")
+    def _check(self) -> "UnoAction":
+        problem = action_problem(self)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
+def action_problem(action: UnoAction) -> str | None:
+    """The first thing wrong with an action against its class's admissible pairs and cap."""
+    allowed = type(action).admissible
+    if not allowed:  # unbound schema: shape only
+        return None
+
+    def bad(model: str, prim: str) -> bool:
+        return (model, prim) not in allowed
+
+    choices = ", ".join(f"{m}/{p}" for m, p in list(allowed)[:10])
+    if action.mode == "direct":
+        if bad(action.model, action.primitive):
+            return f"pair '{action.model}/{action.primitive}' is not admissible; choose one of: {choices}"
+        return None
+    steps, most = action.subtasks, type(action).max_subtasks
+    if not 2 <= len(steps) <= most:
+        return f"decompose needs 2 to {most} subtasks, got {len(steps)}"
+    for s in steps:
+        if bad(s.model, s.primitive):
+            return f"subtask '{s.id}': pair '{s.model}/{s.primitive}' is not admissible; choose one of: {choices}"
+    ids = [s.id for s in steps]
+    dupes = sorted({i for i in ids if ids.count(i) > 1})
+    if dupes:
+        return f"duplicate subtask id '{dupes[0]}'"
+    try:
+        topological_order({s.id: s.deps for s in steps})
+    except PlanError as exc:
+        return str(exc).replace("node", "subtask")
+    cap = type(action).cost_cap
+    if cap is not None:
+        total = sum(allowed[(s.model, s.primitive)] or 0.0 for s in steps)  # under a cap every cost is known
+        if total > cap:
+            return f"the subtasks' estimated ${total:.6f} is over the cost cap ${cap:g}; use cheaper pairs or fewer subtasks"
+    return None
+
+
+def bound_action(pairs: list[Pair], cap: float | None, max_subtasks: int) -> type[UnoAction]:
+    """An action schema that accepts only these pairs (one class per episode; no shared state)."""
+
+    class BoundUnoAction(UnoAction):
+        admissible = {(p.model, p.primitive): p.est_cost for p in pairs}
+        cost_cap = cap
+
+    BoundUnoAction.max_subtasks = max_subtasks
+    BoundUnoAction.__name__ = BoundUnoAction.__qualname__ = "UnoAction"
+    return BoundUnoAction
+
+
+def decision_schema(pairs: list[Pair], max_subtasks: int) -> dict[str, Any]:
+    """The JSON schema for constrained decoding: model and primitive names pinned to admissible ones."""
+    models = list(dict.fromkeys(p.model for p in pairs))
+    prims = list(dict.fromkeys(p.primitive for p in pairs))
+    schema = narrow(UnoAction.model_json_schema(), {"model": models, "primitive": prims}, optional=())
+    schema["properties"]["subtasks"]["maxItems"] = max_subtasks
+    return schema
+
+
+def _price(pool: Pool, name: str) -> str:
+    price = pool.spec(name).price
+    return "price unknown" if price is None else f"${price.input_per_mtok:g}/${price.output_per_mtok:g} per Mtok in/out"
+
+
+@register
+class Uno(Strategy):
+    name = "uno"
+    summary = "Uno-Orchestra: answer directly or decompose, each part on an admissible (model, primitive) pair"
+    paper = "Uno-Orchestra (porchestra-adaptorch-uno-lemon-abstracts.txt)"
+
+    async def solve(self, task: Task, ctx: RunContext) -> Answer:
+        lam = float(ctx.option("cost_weight", DEFAULT_COST_WEIGHT))
+        raw_cap = ctx.option("max_cost_usd", None)
+        cap = None if raw_cap is None else float(raw_cap)
+        most = min(MAX_SUBTASKS, max(2, int(ctx.option("max_subtasks", MAX_SUBTASKS))))
+        xctx = RunContext(ctx.pool, ToolRegistry([*ctx.tools.tools(), DirectPrimitive()]), ctx.tracer, ctx.budget, ctx.options)
+        pairs, excluded = admissible_pairs(ctx.pool, xctx.tools, task.prompt, cap)
+        if not pairs:
+            return Answer("", status="no_admissible_pair", meta={"excluded": excluded})
+        system = msg("system", render(
+            "uno_system",
+            models="\n".join(f"- {n} (tier {ctx.pool.spec(n).tier}, {_price(ctx.pool, n)}): {ctx.pool.spec(n).description}"
+                             for n in dict.fromkeys(p.model for p in pairs)),
+            primitives=", ".join(dict.fromkeys(p.primitive for p in pairs)),
+            excluded="".join(f"\nNot allowed: {k} ({v})" for k, v in list(excluded.items())[:6]),
+            lam=lam, most=most, example_model=pairs[0].model,
+        ))
+        decision = await ctx.decide(
+            bound_action(pairs, cap, most),
+            [system, msg("user", render("uno_task", task=task.prompt))],
+            json_schema=decision_schema(pairs, most),
+            config=replace(ORCHESTRATOR_CONFIG, max_tokens=int(ctx.option("decision_tokens", 512))),
+            max_repairs=int(ctx.option("max_repairs", 2)),
+            name="uno mode",
+        )
+        meta: dict[str, Any] = {"invalid_decisions": decision.invalid_attempts, "fallback": False, "cost_weight": lam}
+        action = decision.action
+        if action is None:
+            best = choose_pair(pairs, lam)
+            assert best is not None  # pairs is not empty
+            meta.update(fallback=True, error=decision.error)
+            ctx.tracer.event("uno_fallback", {"pair": best.label, "error": decision.error,
+                                              "utility": utility(best.accuracy, best.est_cost, lam)})
+            return await self._direct(task, xctx, best.model, best.primitive, meta)
+        if action.mode == "direct":
+            return await self._direct(task, xctx, action.model, action.primitive, meta)
+        return await self._decompose(task, xctx, action.subtasks, meta)
+
+    @staticmethod
+    async def _direct(task: Task, ctx: RunContext, model: str, primitive: str, meta: dict[str, Any]) -> Answer:
+        result = await ctx.call_tool(PRIMITIVE_TOOLS[primitive], {"task": task.prompt}, model=model,
+                                     label=f"{primitive} on {model}")
+        meta.update(mode="direct", pairs=[{"model": model, "primitive": primitive, "status": result.status.value}])
+        ctx.tracer.event("uno_choice", {"mode": "direct", "pairs": meta["pairs"]})
+        if result.ok and result.output.strip():
+            return Answer(result.output.strip(), meta=meta)
+        text = await synthesize(task.prompt, [f"{primitive} on {model}: {result.feedback(600)}"], ctx)
+        return Answer(text, meta=meta)
+
+    @staticmethod
+    async def _decompose(task: Task, ctx: RunContext, steps: list[UnoStep], meta: dict[str, Any]) -> Answer:
+        plan = [Subtask(id=s.id, task=s.task, tool=PRIMITIVE_TOOLS[s.primitive], model=s.model, deps=s.deps) for s in steps]
+        chosen = [{"id": s.id, "model": s.model, "primitive": s.primitive, "deps": s.deps} for s in steps]
+        ctx.tracer.event("uno_choice", {"mode": "decompose", "pairs": chosen})
+        results = await execute_plan(ctx, plan, context=f"Overall task: {task.prompt}")
+        for row in chosen:
+            row["status"] = results[str(row["id"])].status
+        meta.update(mode="decompose", pairs=chosen)
+        text = await synthesize(task.prompt, results_text(plan, results), ctx)
+        return Answer(text, meta=meta)

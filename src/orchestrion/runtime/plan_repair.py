@@ -1,0 +1,109 @@
+"""Asking the orchestrator for a plan: a pinned schema, checks, feedback and a fallback.
+
+Planning strategies (milestone, topology, ...) all need the same loop: ask for a
+:class:`~orchestrion.runtime.plan.Plan` under a schema whose tool and model names
+are pinned (so a constrained decoder cannot invent them), check the graph before
+anything runs (size, duplicate ids, unknown dependency, cycle, unknown tool or
+model), show the orchestrator what was wrong and ask again a bounded number of
+times, and fall back to a known-good plan when it never gets it right. Every
+rejected plan stays in the trace as a decision plus a ``plan_rejected`` event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .._errors import PlanError
+from .._prompts import render
+from ..models._types import Message, msg
+from .context import ORCHESTRATOR_CONFIG, RunContext
+from .plan import Plan, Subtask, validate_plan
+from .protocol import narrow
+
+MAX_SUBTASKS = 8  # Plan's own limit
+
+
+@dataclass
+class PlanOutcome:
+    """The plan to run and how it was obtained."""
+
+    subtasks: list[Subtask]
+    attempts: int = 0
+    errors: list[str] = field(default_factory=list)
+    fallback: bool = False
+    invalid_outputs: int = 0
+
+
+def plan_schema(ctx: RunContext, max_subtasks: int = MAX_SUBTASKS, task_chars: int = 200) -> dict[str, Any]:
+    """Plan's JSON schema for constrained decoding: tools and models pinned, short strings."""
+    schema = narrow(Plan.model_json_schema(), {"tool": ctx.tools.names, "model": ctx.pool.names})
+    schema["properties"]["subtasks"]["maxItems"] = max(1, min(max_subtasks, MAX_SUBTASKS))
+    props = schema["$defs"]["Subtask"]["properties"]
+    props["id"]["maxLength"] = 12
+    props["task"]["maxLength"] = task_chars
+    props["deps"]["items"]["maxLength"] = 12
+    return schema
+
+
+def check_plan(ctx: RunContext, subtasks: list[Subtask], max_subtasks: int = MAX_SUBTASKS) -> list[str]:
+    """Raise :class:`PlanError` unless the plan can run here; return a topological order."""
+    if len(subtasks) > max_subtasks:
+        raise PlanError(f"plan has {len(subtasks)} subtasks; at most {max_subtasks} are allowed")
+    order = validate_plan(subtasks)
+    for sub in subtasks:
+        if sub.tool not in ctx.tools:
+            raise PlanError(f"subtask '{sub.id}' uses unknown tool '{sub.tool}'; choose one of: {', '.join(ctx.tools.names)}")
+        if sub.model is not None and sub.model not in ctx.pool.names:
+            raise PlanError(f"subtask '{sub.id}' names unknown model '{sub.model}'; choose one of: {', '.join(ctx.pool.names)}")
+    return order
+
+
+def fallback_plan(task: str, tool: str = "reasoner") -> list[Subtask]:
+    """One subtask that hands the whole objective to one agent."""
+    return [Subtask(id="s1", task=task[:500] or "answer the task", tool=tool)]
+
+
+async def ask_plan(
+    ctx: RunContext,
+    messages: list[Message],
+    *,
+    fallback: list[Subtask],
+    fix_template: str,
+    name: str = "plan",
+    max_subtasks: int = MAX_SUBTASKS,
+    repairs: int = 2,
+    max_tokens: int = 640,
+) -> PlanOutcome:
+    """Ask for a plan; on a graph error, show the error and ask again (at most ``repairs`` times).
+
+    Schema-invalid output is repaired inside :meth:`RunContext.decide`; if that
+    still gives no plan, or every graph was rejected, ``fallback`` is used. The
+    number of orchestrator calls is at most ``(repairs + 1) * 3``.
+    """
+    schema = plan_schema(ctx, max_subtasks)
+    config = replace(ORCHESTRATOR_CONFIG, max_tokens=max_tokens)
+    convo = list(messages)
+    outcome = PlanOutcome(subtasks=fallback)
+    for attempt in range(repairs + 1):
+        decision = await ctx.decide(Plan, convo, json_schema=schema, config=config, name=f"{name} {attempt + 1}")
+        outcome.attempts += 1
+        outcome.invalid_outputs += decision.invalid_attempts
+        if decision.action is None:
+            outcome.errors.append(f"no valid plan: {decision.error}")
+            break
+        subtasks = decision.action.subtasks
+        try:
+            check_plan(ctx, subtasks, max_subtasks)
+        except PlanError as exc:
+            outcome.errors.append(str(exc))
+            ctx.tracer.event("plan_rejected", {"name": name, "attempt": attempt + 1, "error": str(exc),
+                                               "plan": [s.model_dump() for s in subtasks]})
+            shown = decision.action.model_dump_json(exclude_none=True)
+            convo = [*convo, msg("assistant", shown[:2000]), msg("user", render(fix_template, error=str(exc)))]
+            continue
+        outcome.subtasks = subtasks
+        return outcome
+    outcome.fallback = True
+    ctx.tracer.event("plan_fallback", {"name": name, "errors": outcome.errors})
+    return outcome

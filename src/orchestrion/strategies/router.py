@@ -1,0 +1,212 @@
+"""Static router (the ``Router`` baseline of ParaManager, after RouteLLM's kNN router).
+
+Per task, one pool model is picked from how the models scored on the most similar
+past tasks in the trace store, and the task is answered directly on that model.
+
+History: finished episodes of any strategy whose meta records a numeric ``score``
+and the ``model`` that produced the answer. Both keys are read at the top level of
+``episodes.meta`` first (where an eval harness writes them) and then under
+``meta["result"]`` (where the episode runner stores ``Answer.meta``). Router
+episodes write ``meta["model"]`` themselves, so once scored they are history too.
+
+Choice (pure, in :func:`choose_model`):
+
+1. keep history rows whose model is in the pool, group them by task prompt;
+2. rank the distinct past prompts by TF-IDF cosine similarity to the new prompt
+   (:class:`TfIdf`; numbers count as one token ``<num>``, so tasks of one kind
+   match whatever their numbers) and keep the ``k`` nearest with similarity > 0;
+3. score each model by the mean, over those neighbours, of its mean score on each;
+   models never run on a neighbour are not candidates;
+4. pick the best; ties (within 1e-9) go to the cheaper model: known price before
+   unknown, then lower input+output price, then lower tier, then pool order.
+
+With history but no similar past prompt, step 3 runs over all past prompts (the
+best model overall). With no usable history at all, the answer runs on option
+``fallback``, by default the pool's orchestrator: the model the pool's author made
+the default, rather than the highest tier, which is the costliest guess.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._prompts import render
+from ..models._types import GenerateConfig, msg
+from ..models.pool import ModelSpec
+from ..runtime.context import RunContext
+from .base import Answer, Strategy, Task, register
+
+_TOKEN = re.compile(r"[a-z]+|\d+(?:\.\d+)?|[+\-*/^=%<>]")
+_TIE = 1e-9
+
+HISTORY_SQL = (
+    "SELECT id, task, meta FROM episodes WHERE finished = 1 AND meta LIKE '%\"score\"%' "
+    "ORDER BY ended DESC LIMIT ?"
+)
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One scored past episode: its task prompt, the model that answered, the score."""
+
+    prompt: str
+    model: str
+    score: float
+
+
+@dataclass
+class Choice:
+    """The routing decision and why it was made."""
+
+    model: str
+    reason: str  # "knn", "no_similar_task" or "no_history"
+    scores: dict[str, float] = field(default_factory=dict)
+    neighbours: list[tuple[str, float]] = field(default_factory=list)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lower-case words, arithmetic symbols, and ``<num>`` for every number."""
+    return ["<num>" if tok[0].isdigit() else tok for tok in _TOKEN.findall(text.lower())]
+
+
+class TfIdf:
+    """TF-IDF vectors (sublinear tf, smoothed idf, L2-normalised) over a list of documents."""
+
+    def __init__(self, docs: Sequence[str]) -> None:
+        counts = [Counter(tokenize(d)) for d in docs]
+        n = len(docs)
+        df: Counter[str] = Counter()
+        for c in counts:
+            df.update(c.keys())
+        self._n = n
+        self.idf = {t: math.log((1 + n) / (1 + f)) + 1.0 for t, f in df.items()}
+        self.vectors = [self._vector(c) for c in counts]
+
+    def _vector(self, counts: Mapping[str, int]) -> dict[str, float]:
+        unseen = math.log(1 + self._n) + 1.0  # idf of a term no document has
+        vec = {t: (1.0 + math.log(c)) * self.idf.get(t, unseen) for t, c in counts.items()}
+        norm = math.sqrt(sum(w * w for w in vec.values()))
+        return {t: w / norm for t, w in vec.items()} if norm else {}
+
+    def similarities(self, query: str) -> list[float]:
+        """Cosine similarity of ``query`` to each document, in document order."""
+        q = self._vector(Counter(tokenize(query)))
+        return [sum(w * doc.get(t, 0.0) for t, w in q.items()) for doc in self.vectors]
+
+
+def nearest(query: str, docs: Sequence[str], k: int) -> list[tuple[int, float]]:
+    """Indices and similarities of the ``k`` documents most similar to ``query``.
+
+    Only documents with similarity > 0 are returned; equal similarities keep
+    document order.
+    """
+    if not docs or k <= 0:
+        return []
+    sims = TfIdf(docs).similarities(query)
+    ranked = sorted((i for i, s in enumerate(sims) if s > _TIE), key=lambda i: (-sims[i], i))
+    return [(i, sims[i]) for i in ranked[:k]]
+
+
+def cheapest_first(specs: Iterable[ModelSpec]) -> list[str]:
+    """Model names, cheapest first: known price before unknown, then price, tier, pool order."""
+    indexed = list(enumerate(specs))
+
+    def key(item: tuple[int, ModelSpec]) -> tuple[int, float, int, int]:
+        i, s = item
+        price = math.inf if s.price is None else s.price.input_per_mtok + s.price.output_per_mtok
+        return (s.price is None, price, s.tier, i)
+
+    return [s.name for _, s in sorted(indexed, key=key)]
+
+
+def choose_model(query: str, history: Sequence[Scored], models: Sequence[str], *, k: int = 5,
+                 fallback: str) -> Choice:
+    """Pick a model for ``query`` from scored history; ``models`` is the pool, cheapest first."""
+    allowed = set(models)
+    by_task: dict[str, dict[str, list[float]]] = {}
+    for h in history:
+        if h.model in allowed:
+            by_task.setdefault(h.prompt, {}).setdefault(h.model, []).append(h.score)
+    if not by_task:
+        return Choice(fallback, "no_history")
+    prompts = list(by_task)
+    found = nearest(query, prompts, k)
+    reason = "knn" if found else "no_similar_task"
+    picked = found or [(i, 0.0) for i in range(len(prompts))]
+    per_model: dict[str, list[float]] = {}
+    for i, _ in picked:
+        for model, scores in by_task[prompts[i]].items():
+            per_model.setdefault(model, []).append(sum(scores) / len(scores))
+    means = {m: sum(v) / len(v) for m, v in per_model.items()}
+    best = max(means.values())
+    chosen = next(m for m in models if m in means and means[m] >= best - _TIE)
+    return Choice(chosen, reason, means, [(prompts[i], round(s, 4)) for i, s in found])
+
+
+def parse_history(rows: Iterable[Mapping[str, Any]]) -> list[Scored]:
+    """Scored episodes from ``episodes`` rows (``task`` and ``meta`` JSON); others are skipped."""
+    out: list[Scored] = []
+    for row in rows:
+        task, meta = _loads(row.get("task")), _loads(row.get("meta"))
+        if not isinstance(task, dict) or not isinstance(meta, dict):
+            continue
+        nested = meta.get("result")
+        result: dict[str, Any] = nested if isinstance(nested, dict) else {}
+        score = _number(meta.get("score"))
+        if score is None:
+            score = _number(result.get("score"))
+        model = meta.get("model") or result.get("model")
+        prompt = task.get("prompt")
+        if score is not None and isinstance(model, str) and model and isinstance(prompt, str) and prompt:
+            out.append(Scored(prompt, model, score))
+    return out
+
+
+def _loads(value: Any) -> Any:
+    if not isinstance(value, (str, bytes)):
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+@register
+class Router(Strategy):
+    name = "router"
+    summary = "static kNN router: pick the model that scored best on the most similar past tasks, answer directly"
+    paper = "ParaManager baselines (paramanager.txt)"
+
+    async def solve(self, task: Task, ctx: RunContext) -> Answer:
+        k = int(ctx.option("k", 5))
+        fallback = str(ctx.option("fallback", ctx.pool.orchestrator))
+        ctx.pool.spec(fallback)
+        limit = int(ctx.option("history_limit", 10000))
+        rows = await asyncio.to_thread(ctx.tracer.store.query, HISTORY_SQL, (limit,))
+        history = parse_history(r for r in rows if r["id"] != ctx.tracer.episode_id)
+        choice = choose_model(task.prompt, history, cheapest_first(ctx.pool.specs.values()), k=k, fallback=fallback)
+        route = {"model": choice.model, "route": choice.reason, "model_scores": choice.scores,
+                 "neighbours": [{"prompt": p[:200], "similarity": s} for p, s in choice.neighbours],
+                 "history": len(history)}
+        ctx.tracer.event("route", route)
+        out = await ctx.generate(
+            [msg("user", render("direct", task=task.prompt))],
+            model=choice.model,
+            config=GenerateConfig(max_tokens=int(ctx.option("max_tokens", 256)),
+                                  temperature=float(ctx.option("temperature", 0.7))),
+            name="answer",
+        )
+        return Answer(out.text.strip(), meta=route)
