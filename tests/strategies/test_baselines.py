@@ -26,6 +26,11 @@ def prompt_of(messages: Sequence[Message]) -> str:
     ("no label here\n  just the last line  \n\n", "just the last line"),
     ("Answers vary by region\nParis", "Paris"),             # 'Answers' is not a label
     ("reasoning\nAnswer:", "Answer:"),                      # empty label falls back to the last line
+    ("7 + 8 = 15\n\nFinal Answer: Answer: 15", "15"),        # repeated labels
+    ("So, the answer is 61.\nmore rambling", "61"),          # a label inside a line
+    ("So answer: 7 + 8 = 9", "7 + 8 = 9"),
+    ('7 + 8 = 15\n\nThe answer is "15".', "15"),              # quotes and full stop trimmed
+    ("the answer-based approach\nresult 3", "result 3"),      # 'answer-' is not a label
     ("3.5 is the ratio\nAnswer: 3.5", "3.5"),
     ("", ""),
 ])
@@ -72,8 +77,8 @@ async def test_vote_takes_the_majority_after_normalisation(store: TraceStore) ->
 
 
 @pytest.mark.parametrize(("replies", "winner"), [
-    (["Answer: 14", "Answer: 15", "Answer: 15", "Answer: 14"], "14"),
-    (["Answer: 15", "Answer: 14", "Answer: 14", "Answer: 15"], "15"),
+    (["Answer: 14", "Answer: 15", "Answer: 14", "Answer: 15"], "14"),
+    (["Answer: 15", "Answer: 15", "Answer: 14", "Answer: 14"], "15"),
     (["Answer: Paris", "Answer: paris", "Answer: Lyon", "Answer: LYON"], "Paris"),  # first seen spelling
 ])
 async def test_vote_ties_go_to_the_first_sampled_answer(store: TraceStore, replies: list[str], winner: str) -> None:

@@ -1,7 +1,7 @@
 """Baselines: single-model strategies to compare orchestration against.
 
 - ``direct``: one call, no tools.
-- ``cot``: one chain-of-thought call; the answer is read off the last line.
+- ``cot``: one chain-of-thought call; the answer is read off its last answer line.
 - ``vote``: ``k`` chain-of-thought samples in parallel, majority after normalisation.
 - ``self-refine``: draft, then critique and refine until the critic is satisfied
   or ``max_iters`` rounds have run (Madaan et al., 2023).
@@ -27,7 +27,7 @@ from ..runtime.synthesis import synthesize
 from ..tools.agents import last_line, majority, normalise
 from .base import Answer, Strategy, Task, register
 
-_LABEL = re.compile(r"^\W*(?:the\s+)?(?:final\s+)?answer(?:\s*[:=\-]|\s+is\b\s*:?)\s*", re.IGNORECASE)
+_LABEL = re.compile(r"\banswer(?:\s*[:=]|\s+is\b\s*:?)", re.IGNORECASE)
 _VERDICT = re.compile(r"verdict", re.IGNORECASE)
 _APPROVE = {"ok", "okay", "correct", "fine", "good", "accept", "accepted"}
 _REJECT = {"revise", "incorrect", "wrong", "not", "no", "reject", "rejected", "improve"}
@@ -36,17 +36,27 @@ _REJECT = {"revise", "incorrect", "wrong", "not", "no", "reject", "rejected", "i
 def extract_answer(text: str) -> str:
     """The answer in a chain-of-thought output.
 
-    The last line that starts with an answer label (``Answer:``, ``Final answer:``,
-    ``**Answer:**``, ``The answer is``), without the label; when no line has one,
-    the last non-empty line. A label with nothing after it is skipped. Markdown
-    emphasis and a trailing full stop are trimmed.
+    The text after the last answer label (``Answer:``, ``Final answer:``,
+    ``**Answer:**``, ``So the answer is``) on the last line that has one with text
+    after it; when no line does, the last non-empty line. Markdown emphasis, quotes
+    and a trailing full stop are trimmed.
     """
-    for line in reversed([ln.strip() for ln in text.splitlines() if ln.strip()]):
-        if _LABEL.match(line):
-            rest = _LABEL.sub("", line, count=1).strip(" *_`").rstrip(" .")
+    for line in reversed(text.splitlines()):
+        labels = list(_LABEL.finditer(line))
+        if labels:
+            rest = _clean(line[labels[-1].end():])
             if rest:
                 return rest
-    return last_line(text).strip(" *_`").rstrip(" .")
+    return _clean(last_line(text))
+
+
+def _clean(text: str) -> str:
+    """Trim spaces, markdown emphasis, quotes and a trailing full stop, until nothing changes."""
+    while True:
+        trimmed = text.strip().strip("*_`\"'").rstrip(".")
+        if trimmed == text:
+            return text
+        text = trimmed
 
 
 def critique_satisfied(text: str) -> bool:
@@ -83,7 +93,7 @@ class Direct(Strategy):
             config=GenerateConfig(max_tokens=max_tokens, temperature=float(ctx.option("temperature", 0.7))),
             name="answer",
         )
-        return Answer(out.text.strip())
+        return Answer(out.text.strip(), meta={"model": out.model})
 
 
 @register

@@ -129,7 +129,7 @@ class EnsembleAgent(Tool):
 
 
 def normalise(answer: str) -> str:
-    return re.sub(r"[^a-z0-9.\-]+", " ", answer.lower()).strip()
+    return re.sub(r"[^a-z0-9.\-]+", " ", answer.lower()).strip().rstrip(".").strip()
 
 
 def majority(answers: list[str]) -> tuple[str, int]:
