@@ -117,7 +117,8 @@ class LlamaCppModel:
         if grammar is None:
             from llama_cpp.llama_grammar import LlamaGrammar
 
-            grammar = LlamaGrammar.from_json_schema(key, verbose=False)
+            # built from the schema as written, so properties come in their declared order
+            grammar = LlamaGrammar.from_json_schema(orjson.dumps(schema).decode(), verbose=False)
             self._grammars[key] = grammar
         return grammar
 

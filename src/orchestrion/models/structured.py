@@ -82,7 +82,7 @@ def repair_messages(messages: list[Message], bad_output: str, error: str) -> lis
     """Messages for a repair attempt: the bad output and what was wrong with it."""
     return [
         *messages,
-        msg("assistant", bad_output[:2000]),
+        msg("assistant", bad_output[:600]),
         msg(
             "user",
             f"That reply was not a valid action: {error}. Reply again with one JSON object "

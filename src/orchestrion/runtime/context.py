@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from .._errors import ModelError
 from ..models._types import Completion, GenerateConfig, Message, Usage
 from ..models.pool import Pool
 from ..models.structured import parse_as, repair_messages, schema_prompt
@@ -135,7 +136,14 @@ class RunContext:
         decision: Decision[T] = Decision(action=None)
         with self.tracer.span("decision", name, model=model_name, schema=schema.__name__) as span:
             for attempt in range(max_repairs + 1):
-                completion = await self.generate(convo, model=model_name, config=cfg, name=name)
+                try:
+                    completion = await self.generate(convo, model=model_name, config=cfg, name=name)
+                except ModelError as exc:
+                    if attempt == 0:
+                        raise
+                    # a repair prompt can outgrow a small context: stop repairing, keep the record
+                    decision.error = f"{decision.error}; repair abandoned: {exc}"
+                    break
                 record: dict[str, Any] = {
                     "attempt": attempt,
                     "model": model_name,
