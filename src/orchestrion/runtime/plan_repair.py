@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .._errors import PlanError
+from .._errors import ModelError, PlanError
 from .._prompts import render
 from ..models._types import Message, msg
 from .context import ORCHESTRATOR_CONFIG, RunContext
@@ -37,12 +37,16 @@ class PlanOutcome:
 
 def plan_schema(ctx: RunContext, max_subtasks: int = MAX_SUBTASKS, task_chars: int = 200) -> dict[str, Any]:
     """Plan's JSON schema for constrained decoding: tools and models pinned, short strings."""
-    schema = narrow(Plan.model_json_schema(), {"tool": ctx.tools.names, "model": ctx.pool.names})
-    schema["properties"]["subtasks"]["maxItems"] = max(1, min(max_subtasks, MAX_SUBTASKS))
+    # ``deps`` is optional (omitted = no deps) so that a grammar lists it after id, task and tool
+    schema = narrow(Plan.model_json_schema(), {"tool": ctx.tools.names, "model": ctx.pool.names},
+                    optional=("model", "deps"))
+    size = max(1, min(max_subtasks, MAX_SUBTASKS))
+    schema["properties"]["subtasks"]["maxItems"] = size
     props = schema["$defs"]["Subtask"]["properties"]
     props["id"]["maxLength"] = 12
     props["task"]["maxLength"] = task_chars
     props["deps"]["items"]["maxLength"] = 12
+    props["deps"]["maxItems"] = max(1, size - 1)
     return schema
 
 
@@ -73,7 +77,7 @@ async def ask_plan(
     name: str = "plan",
     max_subtasks: int = MAX_SUBTASKS,
     repairs: int = 2,
-    max_tokens: int = 640,
+    max_tokens: int = 512,
 ) -> PlanOutcome:
     """Ask for a plan; on a graph error, show the error and ask again (at most ``repairs`` times).
 
@@ -86,7 +90,11 @@ async def ask_plan(
     convo = list(messages)
     outcome = PlanOutcome(subtasks=fallback)
     for attempt in range(repairs + 1):
-        decision = await ctx.decide(Plan, convo, json_schema=schema, config=config, name=f"{name} {attempt + 1}")
+        try:
+            decision = await ctx.decide(Plan, convo, json_schema=schema, config=config, name=f"{name} {attempt + 1}")
+        except ModelError as exc:  # e.g. the repair conversation outgrew a small model's context
+            outcome.errors.append(f"planning call failed: {exc}")
+            break
         outcome.attempts += 1
         outcome.invalid_outputs += decision.invalid_attempts
         if decision.action is None:
@@ -100,7 +108,7 @@ async def ask_plan(
             ctx.tracer.event("plan_rejected", {"name": name, "attempt": attempt + 1, "error": str(exc),
                                                "plan": [s.model_dump() for s in subtasks]})
             shown = decision.action.model_dump_json(exclude_none=True)
-            convo = [*convo, msg("assistant", shown[:2000]), msg("user", render(fix_template, error=str(exc)))]
+            convo = [*convo, msg("assistant", shown[:800]), msg("user", render(fix_template, error=str(exc)))]
             continue
         outcome.subtasks = subtasks
         return outcome

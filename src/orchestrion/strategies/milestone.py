@@ -159,7 +159,8 @@ class Milestone(Strategy):
                         max_subtasks=max_subtasks)
         outcome = await ask_plan(ctx, [system, msg("user", prompt)], fallback=fallback_plan(objective),
                                  fix_template="milestone_fix", name=f"plan {index}",
-                                 max_subtasks=max_subtasks, repairs=repairs)
+                                 max_subtasks=max_subtasks, repairs=repairs,
+                                 max_tokens=int(ctx.option("plan_max_tokens", 512)))
         context = "\n".join(lines[-8:])
         context = f"Overall task: {task.prompt}\nEarlier results:\n{context}" if context else f"Overall task: {task.prompt}"
         results = await execute_plan(ctx, outcome.subtasks, context=context,
