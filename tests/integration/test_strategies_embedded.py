@@ -16,7 +16,7 @@ from orchestrion.models.pool import EMBEDDED_NAME
 
 pytestmark = pytest.mark.integration
 
-RECORDED = {"ok", "budget_exceeded", "error", "invalid_spec", "no_answer"}
+RECORDED = {"ok", "budget_exceeded", "error", "invalid_spec", "no_answer", "no_admissible_pair"}
 
 
 @pytest.fixture(scope="module")

@@ -19,22 +19,23 @@ Accuracy-cost objective: the prompt shows tiers, prices and the weight λ
 repairs, :func:`choose_pair` answers directly with the pair of best
 :func:`utility` (tier as accuracy prior, price x expected tokens as cost; pairs
 of unknown cost come after every known-cost pair and are never costed as 0).
+With no admissible pair at all the episode ends with status ``no_admissible_pair``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .._errors import PlanError
 from .._prompts import render
 from ..models._cost import cost_of
-from ..models._types import msg
+from ..models._types import Message, msg
 from ..models.pool import Pool
-from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
+from ..runtime.context import ORCHESTRATOR_CONFIG, Decision, RunContext
 from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow
 from ..runtime.scheduler import topological_order
@@ -54,8 +55,13 @@ SHAPE: dict[str, tuple[int, int, int]] = {
 }
 # accuracy priors (not measured): tier 1 -> 0.35 ... tier 5 -> 0.83, plus a small bonus per primitive
 PRIMITIVE_BONUS: dict[str, float] = {"direct": 0.0, "cot": 0.05, "code": 0.04, "retrieval": 0.03, "ensemble": 0.07}
-DEFAULT_COST_WEIGHT = 10.0  # accuracy points given up per dollar
+PRIMITIVE_HELP: dict[str, str] = {
+    "direct": "a plain answer in one call", "cot": "step-by-step reasoning", "code": "write and run a Python program",
+    "retrieval": "search the local documents, then answer", "ensemble": "three samples and a majority vote (3x the calls)",
+}
+DEFAULT_COST_WEIGHT = 10.0  # λ: accuracy points given up per dollar
 MAX_SUBTASKS = 6
+T = TypeVar("T", bound=BaseModel)
 
 
 class DirectPrimitive(_PromptAgent):
@@ -166,10 +172,10 @@ class UnoStep(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     id: str = Field(min_length=1, max_length=24)
-    task: str = Field(min_length=1, max_length=300)
+    task: str = Field(min_length=1, max_length=200)
     model: str = Field(max_length=80)
     primitive: str = Field(max_length=12)
-    deps: list[str] = Field(default_factory=list, max_length=5)
+    deps: list[Annotated[str, Field(min_length=1, max_length=24)]] = Field(default_factory=list, max_length=4)
 
 
 class UnoAction(BaseModel):
@@ -181,7 +187,7 @@ class UnoAction(BaseModel):
     cost_cap: ClassVar[float | None] = None
     max_subtasks: ClassVar[int] = MAX_SUBTASKS
 
-    thought: str = Field(default="", max_length=200)
+    thought: str = Field(default="", max_length=160)
     mode: Literal["direct", "decompose"]
     model: str = Field(max_length=80, description="the model that answers, in direct mode")
     primitive: str = Field(max_length=12, description="how it answers, in direct mode")
@@ -252,6 +258,16 @@ def decision_schema(pairs: list[Pair], max_subtasks: int) -> dict[str, Any]:
     return schema
 
 
+async def decide_with_options(ctx: RunContext, schema: type[T], messages: list[Message], json_schema: dict[str, Any],
+                              name: str) -> Decision[T]:
+    """``ctx.decide`` under the options ``max_repairs`` (2), ``decision_tokens`` and ``decision_temperature``."""
+    base = ORCHESTRATOR_CONFIG
+    config = replace(base, max_tokens=int(ctx.option("decision_tokens", base.max_tokens)),
+                     temperature=float(ctx.option("decision_temperature", base.temperature)))
+    return await ctx.decide(schema, messages, json_schema=json_schema, config=config,
+                            max_repairs=int(ctx.option("max_repairs", 2)), name=name)
+
+
 def _price(pool: Pool, name: str) -> str:
     price = pool.spec(name).price
     return "price unknown" if price is None else f"${price.input_per_mtok:g}/${price.output_per_mtok:g} per Mtok in/out"
@@ -276,18 +292,13 @@ class Uno(Strategy):
             "uno_system",
             models="\n".join(f"- {n} (tier {ctx.pool.spec(n).tier}, {_price(ctx.pool, n)}): {ctx.pool.spec(n).description}"
                              for n in dict.fromkeys(p.model for p in pairs)),
-            primitives=", ".join(dict.fromkeys(p.primitive for p in pairs)),
+            primitives="\n".join(f"- {p}: {PRIMITIVE_HELP[p]}" for p in dict.fromkeys(p.primitive for p in pairs)),
             excluded="".join(f"\nNot allowed: {k} ({v})" for k, v in list(excluded.items())[:6]),
-            lam=lam, most=most, example_model=pairs[0].model,
+            lam=lam, most=most, example_model=pairs[0].model, example_primitive=pairs[0].primitive,
         ))
-        decision = await ctx.decide(
-            bound_action(pairs, cap, most),
-            [system, msg("user", render("uno_task", task=task.prompt))],
-            json_schema=decision_schema(pairs, most),
-            config=replace(ORCHESTRATOR_CONFIG, max_tokens=int(ctx.option("decision_tokens", 512))),
-            max_repairs=int(ctx.option("max_repairs", 2)),
-            name="uno mode",
-        )
+        decision = await decide_with_options(ctx, bound_action(pairs, cap, most),
+                                             [system, msg("user", render("uno_task", task=task.prompt))],
+                                             decision_schema(pairs, most), "uno mode")
         meta: dict[str, Any] = {"invalid_decisions": decision.invalid_attempts, "fallback": False, "cost_weight": lam}
         action = decision.action
         if action is None:
