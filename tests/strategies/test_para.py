@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from orchestrion import Budget, Pool, ScriptedModel, Tool, ToolRegistry, ToolResult, TraceStore, solve
+from orchestrion import Budget, Pool, ScriptedModel, Tool, ToolRegistry, TraceStore, solve
 from orchestrion.models._cost import Price
 from orchestrion.tools.agents import agent_tools
 

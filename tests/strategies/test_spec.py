@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -9,6 +9,7 @@ import pytest
 from orchestrion import GenerateConfig, Message, ModelError, PlanError, Pool, ScriptedModel, ToolRegistry, TraceStore, solve
 from orchestrion.strategies.spec import OrchestrationSpec, Role, compile_spec, map_capacity, sinks, spec_error
 from orchestrion.tools.agents import agent_tools
+from tests.helpers import script
 
 TASK = "What is 7+8?"
 
@@ -25,15 +26,6 @@ def spec_of(*roles: dict[str, Any]) -> OrchestrationSpec:
     return OrchestrationSpec.model_validate({"roles": list(roles)})
 
 
-def script(decisions: list[str], worker: Callable[[str], str] = lambda p: "worker out") -> Callable[[Sequence[Message], GenerateConfig], str]:
-    queue = list(decisions)
-
-    def reply(messages: Sequence[Message], config: GenerateConfig) -> str:
-        if config.json_schema is not None:
-            return queue.pop(0) if len(queue) > 1 else queue[0]
-        return worker(messages[-1]["content"])
-
-    return reply
 
 
 def tiered(models: list[ScriptedModel], tiers: dict[str, int]) -> Pool:

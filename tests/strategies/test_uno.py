@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -20,20 +20,11 @@ from orchestrion.strategies.uno import (
 )
 from orchestrion.tools.agents import agent_tools
 from orchestrion.tools.retrieval import Corpus, RetrievalTool
+from tests.helpers import script
 
 TASK = "What is 7+8?"
 
 
-def script(decisions: list[str], worker: Callable[[str], str] = lambda p: "worker out") -> Callable[[Sequence[Message], GenerateConfig], str]:
-    """Decisions (constrained calls) come from the list, in order, the last repeating; other calls go to ``worker``."""
-    queue = list(decisions)
-
-    def reply(messages: Sequence[Message], config: GenerateConfig) -> str:
-        if config.json_schema is not None:
-            return queue.pop(0) if len(queue) > 1 else queue[0]
-        return worker(messages[-1]["content"])
-
-    return reply
 
 
 def direct(model: str, primitive: str) -> str:
