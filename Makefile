@@ -22,7 +22,7 @@ $(VENV)/.stamp-embedded: pyproject.toml | $(PY)
 	@touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-embedded pyproject.toml
-	$(PIP) install -q -e '.[embedded,dev]'
+	$(PIP) install -q -e '.[embedded,serve,dev]'
 	@touch $@
 
 demo: $(VENV)/.stamp-embedded

@@ -1,4 +1,4 @@
-"""The `orchestrion` command line: run | trace | tool | pool | strategies."""
+"""The `orchestrion` command line: run | trace | tool | pool | strategies | serve | view."""
 
 from __future__ import annotations
 
@@ -186,6 +186,44 @@ def strategies_cmd(names: Annotated[bool, typer.Option("--names", help="names on
         cls = found[name]
         table.add_row(name, cls.paper, cls.summary)
     out.print(table)
+
+
+@app.command()
+@friendly
+def serve(
+    pool: PoolOpt = None,
+    db: DbOpt = None,
+    host: Annotated[str, typer.Option("--host", help="bind address; loopback by default")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8000,
+    api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="env var holding the API key clients must send")] = None,
+    max_concurrent: Annotated[int, typer.Option("--max-concurrent", min=1, help="episodes at once; more get 429")] = 16,
+    max_body_kb: Annotated[int, typer.Option("--max-body-kb", min=1, help="largest request body; larger get 413")] = 256,
+    max_tokens_cap: Annotated[int | None, typer.Option("--max-tokens-cap", min=1, help="per-request token budget cap")] = None,
+) -> None:
+    """Serve every strategy as a model over an OpenAI-compatible API (/v1/chat/completions)."""
+    from .serve.server import ServeSettings, run_server
+
+    run_server(ServeSettings(pool=pool, db=db, host=host, port=port, api_key_env=api_key_env,
+                             max_concurrent=max_concurrent, max_body_bytes=max_body_kb * 1024,
+                             max_tokens_cap=max_tokens_cap))
+
+
+@app.command()
+@friendly
+def view(
+    db: DbOpt = None,
+    host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8765,
+    export: Annotated[Path | None, typer.Option("--export", help="write a static bundle to DIR instead of serving")] = None,
+) -> None:
+    """Browse runs and episodes in a web page: plan DAG, timeline, decisions, costs."""
+    from .serve.viewer import export_static, run_viewer
+
+    if export is not None:
+        index = export_static(TraceStore(db), export)
+        err.print(f"wrote {index}; open it in a browser")
+    else:
+        run_viewer(TraceStore(db), host=host, port=port)
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""Serving strategies over HTTP and viewing traces in a browser."""
