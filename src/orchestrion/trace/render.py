@@ -77,7 +77,7 @@ def episode_tree(store: TraceStore, episode_id: str) -> Tree:
 
 def list_episodes(store: TraceStore, limit: int = 20) -> list[dict[str, Any]]:
     return store.query(
-        "SELECT id, strategy, status, finished, started, input_tokens, output_tokens, cost_usd, substr(task, 1, 200) AS task "
+        "SELECT id, strategy, status, finished, started, input_tokens, output_tokens, cost_usd, substr(coalesce(json_extract(task, '$.prompt'), task), 1, 200) AS task "
         "FROM episodes ORDER BY started DESC LIMIT ?",
         (limit,),
     )
