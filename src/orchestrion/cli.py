@@ -76,6 +76,7 @@ def run(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     budget: Annotated[list[str], typer.Option("--budget", help="limit, e.g. tokens=4000 or wall_s=60 (repeatable)")] = [],  # noqa: B006
     max_parallel: Annotated[int | None, typer.Option("--max-parallel", min=1, help="1 = serial variant")] = None,
+    max_active: Annotated[int | None, typer.Option("--max-active", min=1, help="proactive: sub-agents running at once")] = None,
     corpus: Annotated[Path | None, typer.Option("--corpus", help="folder or JSONL for the retrieve tool")] = None,
     settings: Annotated[list[str], typer.Option("--set", help="strategy option KEY=VALUE (repeatable)")] = [],  # noqa: B006
 ) -> None:
@@ -83,6 +84,8 @@ def run(
     options = _options(settings)
     if max_parallel is not None:
         options["max_parallel"] = max_parallel
+    if max_active is not None:
+        options["max_active"] = max_active
     result = asyncio.run(solve(
         task, strategy=strategy, pool=load_pool(pool), tools=default_tools(corpus),
         store=TraceStore(db), budget=Budget.parse_cli(budget), options=options,

@@ -96,7 +96,9 @@ class SubAgent:
 
     async def _step(self) -> SubAgentReport | None:
         self.steps_used += 1
-        schema = narrow(SubAgentAction.model_json_schema(), {"tool": self.harness.tools or ["none"]})
+        # only "action" is required: a small model must not spend its tokens filling every field
+        schema = narrow(SubAgentAction.model_json_schema(), {"tool": self.harness.tools or ["none"]},
+                        optional=("tool", "input", "answer", "status", "request", "evidence"))
         with self.ctx.tracer.span("step", f"{self.name}#{self.steps_used}"):
             decision = await self.ctx.decide(
                 SubAgentAction,

@@ -1,0 +1,114 @@
+"""POrchestra's pieces on top of the sub-agent runtime: the orchestrator's action schema
+(``delegate_task`` / ``revise_task`` / ``complete``, plus ``wait`` for concurrent
+sub-agents) and a sub-agent that hands control back when it is stuck.
+
+The action is one flat model with a discriminating ``action`` field. Every other field is
+optional, so a small model under constrained decoding only has to write what its action
+needs; :func:`decision_schema` pins the action, target, model and tool names to the ones
+that exist at that moment.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..models.structured import extract_json
+from .context import RunContext
+from .protocol import narrow
+from .subagent import Harness, SubAgent, SubAgentReport
+
+ActionName = Literal["delegate_task", "revise_task", "complete", "wait"]
+Scope = Literal["keep", "reduce", "expand", "remove", "decompose"]
+REVISE_ONLY = ("target", "scope", "remove_tools", "constraint", "state", "executor")
+
+
+class ProactiveAction(BaseModel):
+    """One orchestrator decision; ``action`` says which of the optional fields apply.
+
+    delegate_task: instruction, context, tools, model, step_budget.
+    revise_task: target, scope, instruction (new assignment), context (added), tools (added),
+    remove_tools, step_budget (extra steps), constraint, state (handed over), executor + model.
+    complete: answer.  wait: nothing (only offered while sub-agents run concurrently).
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    action: ActionName
+    answer: str | None = Field(default=None, max_length=400)
+    target: str | None = Field(default=None, max_length=20)
+    scope: Scope | None = None
+    instruction: str | None = Field(default=None, max_length=400)
+    context: str | None = Field(default=None, max_length=600)
+    tools: list[str] | None = Field(default=None, max_length=6)
+    remove_tools: list[str] | None = Field(default=None, max_length=6)
+    step_budget: int | None = None
+    constraint: str | None = Field(default=None, max_length=200)
+    state: str | None = Field(default=None, max_length=600)
+    executor: Literal["keep", "replace"] | None = None
+    model: str | None = Field(default=None, max_length=80)
+
+
+def decision_schema(actions: list[str], targets: list[str], models: list[str], tools: list[str]) -> dict[str, Any]:
+    """The schema for constrained decoding: only ``action`` is required; names are pinned.
+
+    Revision-only fields are left out when ``revise_task`` is not offered, tool fields when
+    there are no tools, so the grammar (and the schema shown in prompts) stays small.
+    """
+    drop: tuple[str, ...] = () if "revise_task" in actions else REVISE_ONLY
+    drop += () if tools else ("tools", "remove_tools")
+    optional = tuple(k for k in ProactiveAction.model_fields if k != "action")
+    schema = narrow(ProactiveAction.model_json_schema(), {"action": actions, "target": targets, "model": models},
+                    drop=drop, optional=optional)
+    for key in ("tools", "remove_tools"):
+        if key in schema["properties"]:
+            schema["properties"][key] = {"type": "array", "items": {"enum": tools}, "maxItems": 4}
+    return schema
+
+
+class PausingSubAgent(SubAgent):
+    """A sub-agent that pauses itself (a ``stop`` report) when it is stuck.
+
+    Stuck means: a step whose output stayed invalid after the repairs, or the same action
+    (tool and input) ``stall`` times in a row since its last revision. The orchestrator
+    then sees why and can revise it (a tool, context, another model) or end it.
+    ``stall=0`` turns the check off.
+    """
+
+    def __init__(self, ctx: RunContext, harness: Harness, *, name: str, stall: int = 3) -> None:
+        super().__init__(ctx, harness, name=name)
+        self.stall = stall
+
+    async def _step(self) -> SubAgentReport | None:
+        report = await super()._step()
+        if report is not None or self.stall <= 0:
+            return report
+        last = self.history[-1]["content"] if self.history else ""
+        if last.startswith("Invalid action ("):
+            return self._pause("no valid action after repairs", self.history[-2]["content"])
+        keys: list[str] = []
+        for m in reversed(self.history):
+            if m["role"] == "user" and m["content"].startswith("Revision from the orchestrator"):
+                break
+            if m["role"] == "assistant":
+                keys.append(action_key(m["content"]))
+            if len(keys) == self.stall:
+                break
+        if len(keys) == self.stall and len(set(keys)) == 1:
+            return self._pause(f"no progress: the same action {self.stall} times in a row", keys[0])
+        return None
+
+    def _pause(self, status: str, evidence: str) -> SubAgentReport:
+        return SubAgentReport("stop", self.name, status=status, evidence=evidence[:300], steps=self.steps_used)
+
+
+def action_key(raw: str) -> str:
+    """What makes two sub-agent actions the same: action, tool and input."""
+    try:
+        data = extract_json(raw)
+    except ValueError:
+        return raw.strip()
+    if not isinstance(data, dict):
+        return raw.strip()
+    return f"{data.get('action')}|{data.get('tool')}|{data.get('input')}"
