@@ -1,10 +1,15 @@
-"""Helpers shared by the strategy tests."""
+"""Helpers shared by the tests: scripted replies and small tools with observable behaviour."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Callable, Sequence
+from typing import Any
 
-from orchestrion import GenerateConfig, Message
+from pydantic import BaseModel
+
+from orchestrion import GenerateConfig, Message, Tool
 
 
 def script(
@@ -20,3 +25,58 @@ def script(
         return worker(messages[-1]["content"])
 
     return reply
+
+
+class TextArgs(BaseModel):
+    text: str
+
+
+class SlowTool(Tool):
+    """Sleeps, records its time window (by input text and in call order), then replies."""
+
+    name = "slow"
+    description = "sleeps, then echoes"
+    Args = TextArgs
+
+    def __init__(self, delay: float = 0.2, reply: Callable[[str], str] = lambda t: f"did {t}") -> None:
+        self.delay = delay
+        self.reply = reply
+        self.windows: dict[str, tuple[float, float]] = {}
+        self.spans: list[tuple[float, float]] = []
+
+    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        await asyncio.sleep(self.delay)
+        window = (t0, loop.time())
+        self.windows[args.text] = window
+        self.spans.append(window)
+        return self.reply(args.text)
+
+
+class CrashTool(Tool):
+    """Always raises, so the registry must turn it into an exec_error status."""
+
+    name = "crash"
+    description = "always fails"
+    Args = TextArgs
+
+    def __init__(self, message: str = "broken") -> None:
+        self.message = message
+
+    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
+        raise RuntimeError(self.message)
+
+
+class LookupTool(Tool):
+    name = "lookup"
+    description = "looks a thing up"
+    Args = TextArgs
+
+    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
+        return f"found:{args.text}"
+
+
+def act(**kw: Any) -> str:
+    """A JSON action string, as a model would write it."""
+    return json.dumps(kw)

@@ -1,32 +1,12 @@
 from __future__ import annotations
 
-import asyncio
-from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from orchestrion import BudgetTracker, PlanError, Pool, RunContext, ScriptedModel, Tool, ToolRegistry, TraceStore, Tracer
 from orchestrion.runtime.plan import Subtask, execute_plan, results_text
 from orchestrion.tools.agents import agent_tools
-
-
-class EchoArgs(BaseModel):
-    text: str
-
-
-class Slow(Tool):
-    name = "slow"
-    description = "sleep then echo"
-    Args = EchoArgs
-    windows: list[tuple[str, float, float]] = []
-
-    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        await asyncio.sleep(0.2)
-        self.windows.append((args.text, t0, loop.time()))
-        return f"did {args.text}"
+from tests.helpers import SlowTool
 
 
 def make_ctx(store: TraceStore, *tools: Tool, model: ScriptedModel | None = None) -> RunContext:
@@ -35,16 +15,16 @@ def make_ctx(store: TraceStore, *tools: Tool, model: ScriptedModel | None = None
 
 
 async def test_independent_overlap_dependent_waits_and_gets_context(store: TraceStore) -> None:
-    Slow.windows = []
+    slow = SlowTool(0.2)
     model = ScriptedModel(lambda m, c: "combined: " + m[-1]["content"], name="m")
-    ctx = make_ctx(store, Slow(), *agent_tools(), model=model)
+    ctx = make_ctx(store, slow, *agent_tools(), model=model)
     plan = [
         Subtask(id="a", task="A", tool="slow"),
         Subtask(id="b", task="B", tool="slow"),
         Subtask(id="c", task="combine", tool="reasoner", deps=["a", "b"]),
     ]
     res = await execute_plan(ctx, plan)
-    w = {name: (t0, t1) for name, t0, t1 in Slow.windows}
+    w = slow.windows
     assert w["B"][0] < w["A"][1] and w["A"][0] < w["B"][1]
     assert res["c"].status == "ok"
     assert "[a] did A" in res["c"].value.output and "[b] did B" in res["c"].value.output
@@ -57,7 +37,7 @@ async def test_independent_overlap_dependent_waits_and_gets_context(store: Trace
 
 
 async def test_failed_node_skips_dependents(store: TraceStore) -> None:
-    ctx = make_ctx(store, Slow())
+    ctx = make_ctx(store, SlowTool())
     plan = [Subtask(id="x", task="t", tool="nosuch"), Subtask(id="y", task="u", tool="slow", deps=["x"])]
     res = await execute_plan(ctx, plan)
     assert res["x"].status == "error" and "NOT_FOUND" in (res["x"].error or "")
@@ -65,7 +45,7 @@ async def test_failed_node_skips_dependents(store: TraceStore) -> None:
 
 
 async def test_bad_plans_rejected(store: TraceStore) -> None:
-    ctx = make_ctx(store, Slow())
+    ctx = make_ctx(store, SlowTool())
     with pytest.raises(PlanError, match="cycle"):
         await execute_plan(ctx, [Subtask(id="a", task="t", deps=["b"]), Subtask(id="b", task="t", deps=["a"])])
     with pytest.raises(PlanError, match="duplicate subtask ids: a"):

@@ -1,30 +1,11 @@
 from __future__ import annotations
 
-import json
-from typing import Any
 
-from pydantic import BaseModel
 
 from orchestrion import (
-    BudgetTracker, Harness, Pool, Revision, RunContext, ScriptedModel, SubAgent, Tool, ToolRegistry, TraceStore, Tracer,
+    BudgetTracker, Harness, Pool, Revision, RunContext, ScriptedModel, SubAgent, ToolRegistry, TraceStore, Tracer,
 )
-
-
-class NoteArgs(BaseModel):
-    text: str
-
-
-class LookupTool(Tool):
-    name = "lookup"
-    description = "looks a thing up"
-    Args = NoteArgs
-
-    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
-        return f"found:{args.text}"
-
-
-def act(**kw: Any) -> str:
-    return json.dumps(kw)
+from tests.helpers import LookupTool, act
 
 
 def make_ctx(store: TraceStore, *models: ScriptedModel) -> RunContext:

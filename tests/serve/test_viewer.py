@@ -18,44 +18,18 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from pydantic import BaseModel
 
-from orchestrion import Pool, ScriptedModel, Tool, ToolRegistry, TraceStore, solve
+from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve
 from orchestrion.serve import _viewer_data as data
 from orchestrion.serve.viewer import create_app, export_static
 from orchestrion.tools.agents import agent_tools
+from tests.helpers import CrashTool as Crash, SlowTool as Slow
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PARA_ACTION = json.dumps({"thought": "split", "calls": [{"tool": "slow", "input": str(i)} for i in range(3)], "final": False})
-
-
-class TextArgs(BaseModel):
-    text: str
-
-
-class Slow(Tool):
-    name = "slow"
-    description = "sleeps, then echoes"
-    Args = TextArgs
-
-    def __init__(self, delay: float) -> None:
-        self.delay = delay
-
-    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
-        await asyncio.sleep(self.delay)
-        return f"did {args.text}"
-
-
-class Crash(Tool):
-    name = "crash"
-    description = "always fails"
-    Args = TextArgs
-
-    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
-        raise RuntimeError("broken")
 
 
 def milestone_model(plan: dict[str, Any]) -> ScriptedModel:

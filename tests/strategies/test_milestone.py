@@ -1,47 +1,14 @@
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from orchestrion import Budget, GenerateConfig, Message, Pool, ScriptedModel, Tool, ToolRegistry, TraceStore, solve
 from orchestrion.tools.agents import agent_tools
-
-
-class TextArgs(BaseModel):
-    text: str
-
-
-class Slow(Tool):
-    """Sleeps, records its time window, echoes."""
-
-    name = "slow"
-    description = "sleeps, then echoes"
-    Args = TextArgs
-
-    def __init__(self, delay: float = 0.2) -> None:
-        self.delay = delay
-        self.windows: dict[str, tuple[float, float]] = {}
-
-    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        await asyncio.sleep(self.delay)
-        self.windows[args.text] = (t0, loop.time())
-        return f"did {args.text}"
-
-
-class Crash(Tool):
-    name = "crash"
-    description = "always fails"
-    Args = TextArgs
-
-    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
-        raise RuntimeError("broken")
+from tests.helpers import CrashTool as Crash, SlowTool as Slow
 
 
 def sub(id: str, task: str, tool: str = "slow", deps: Sequence[str] = ()) -> dict[str, Any]:
@@ -181,7 +148,6 @@ async def test_first_milestone_cannot_be_done_and_failures_count_against_complet
     assert [s["status"] for s in m["subtasks"]] == ["ok", "error", "skipped"]
     assert m["executed_ok"] == ["a"] and abs(m["completeness"] - 1 / 3) < 1e-9
     assert res.meta["subtasks"] == 3 and res.meta["subtasks_ok"] == 1
-
 
 
 @pytest.mark.integration

@@ -1,45 +1,14 @@
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
-from orchestrion import Budget, Pool, ScriptedModel, Tool, ToolRegistry, TraceStore, solve
+from orchestrion import Budget, Pool, ScriptedModel, ToolRegistry, TraceStore, solve
 from orchestrion.models._cost import Price
 from orchestrion.tools.agents import agent_tools
-
-
-class SlowArgs(BaseModel):
-    text: str
-
-
-class SlowTool(Tool):
-    name = "slow"
-    description = "sleeps, then echoes"
-    Args = SlowArgs
-
-    def __init__(self, delay: float = 0.3) -> None:
-        self.delay = delay
-        self.spans: list[tuple[float, float]] = []
-
-    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        await asyncio.sleep(self.delay)
-        self.spans.append((t0, loop.time()))
-        return f"echo {args.text}"
-
-
-class CrashTool(Tool):
-    name = "crash"
-    description = "always fails"
-    Args = SlowArgs
-
-    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
-        raise RuntimeError("disk on fire")
+from tests.helpers import CrashTool, SlowTool
 
 
 def action(calls: list[dict[str, Any]], final: bool = False) -> str:
@@ -89,7 +58,7 @@ async def test_failures_become_statuses_fed_back(store: TraceStore) -> None:
         action([], True),
         "done",
     ], name="orch")
-    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([SlowTool(0), CrashTool()]), store=store)
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([SlowTool(0), CrashTool("disk on fire")]), store=store)
     assert res.status == "ok"
     second_prompt = orch.calls[1][-1]["content"]
     assert "status=EXEC_ERROR" in second_prompt and "disk on fire" in second_prompt
@@ -148,7 +117,7 @@ async def test_calls_sent_with_final_run_then_stop(store: TraceStore) -> None:
     orch = ScriptedModel([action([{"tool": "slow", "input": "a"}, {"tool": "slow", "input": "b"}], final=True), "syn"], name="orch")
     res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store)
     assert len(slow.spans) == 2 and res.meta["rounds"] == 1 and res.answer == "syn"
-    assert "echo a" in orch.calls[-1][-1]["content"]  # the synthesis saw the results
+    assert "did a" in orch.calls[-1][-1]["content"]  # the synthesis saw the results
 
 
 async def test_answer_meta_is_stored_with_the_episode(store: TraceStore) -> None:

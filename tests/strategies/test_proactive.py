@@ -8,7 +8,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from orchestrion import (
     Budget,
@@ -17,29 +16,12 @@ from orchestrion import (
     Message,
     Pool,
     ScriptedModel,
-    Tool,
     ToolRegistry,
     TraceStore,
     solve,
 )
 from orchestrion.runtime.proactive_protocol import ProactiveAction, decision_schema
-
-
-class NoteArgs(BaseModel):
-    text: str
-
-
-class LookupTool(Tool):
-    name = "lookup"
-    description = "looks a thing up"
-    Args = NoteArgs
-
-    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
-        return f"found:{args.text}"
-
-
-def act(**kw: Any) -> str:
-    return json.dumps(kw)
+from tests.helpers import LookupTool, act
 
 
 def events(store: TraceStore, trace_id: str, kind: str) -> list[dict[str, Any]]:

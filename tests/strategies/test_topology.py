@@ -1,16 +1,15 @@
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from orchestrion import Budget, GenerateConfig, Message, PlanError, Pool, ScriptedModel, Subtask, Tool, ToolRegistry, TraceStore, solve
 from orchestrion.strategies.topology import WorkCounter, consistency, dag_features, route, support
 from orchestrion.tools.agents import agent_tools
+from tests.helpers import SlowTool as Slow
 
 # -- the router ------------------------------------------------------------------------
 
@@ -96,28 +95,6 @@ def test_consistency_worked_examples() -> None:
 
 
 # -- the strategy on a scripted model ---------------------------------------------------
-
-
-class TextArgs(BaseModel):
-    text: str
-
-
-class Slow(Tool):
-    name = "slow"
-    description = "sleeps, then echoes"
-    Args = TextArgs
-
-    def __init__(self, delay: float = 0.2, reply: Callable[[str], str] = lambda t: f"did {t}") -> None:
-        self.delay = delay
-        self.reply = reply
-        self.windows: dict[str, tuple[float, float]] = {}
-
-    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
-        loop = asyncio.get_running_loop()
-        t0 = loop.time()
-        await asyncio.sleep(self.delay)
-        self.windows[args.text] = (t0, loop.time())
-        return self.reply(args.text)
 
 
 def plan(*subs: tuple[str, str, str, Sequence[str]]) -> str:
