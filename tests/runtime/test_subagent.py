@@ -72,3 +72,18 @@ async def test_invalid_actions_do_not_crash(store: TraceStore) -> None:
     assert report.kind == "exhausted"
     store.flush()
     assert all(d["valid"] == 0 for d in store.decisions("ep"))
+
+
+async def test_long_history_is_windowed_for_the_model_but_kept_whole(store: TraceStore) -> None:
+    worker = ScriptedModel([act(action="tool", tool="lookup", input="x" * 500)], name="w")
+    ctx = make_ctx(store, worker)
+    ctx.pool.specs["w"].context_size = 1024  # about 1,500 characters of history fit
+    agent = SubAgent(ctx, Harness(instruction="loop", model="w", tools=["lookup"], step_budget=8))
+    await agent.run()
+    assert sum(len(m["content"]) for m in agent.history) > 4000  # nothing was dropped from the record
+    seen = worker.calls[-1]
+    # the decision appends the JSON schema to the last message, so that one is compared by prefix
+    assert sum(len(m["content"]) for m in seen[1:-1]) + len(agent.history[-3]["content"]) <= 1024 * 3 * 0.5 + 100
+    assert seen[1]["content"] == "Begin." and "earlier messages omitted" in seen[2]["content"]
+    # the last call saw the latest result (its own reply and the tool result after it came later)
+    assert seen[-1]["content"].startswith(agent.history[-3]["content"])

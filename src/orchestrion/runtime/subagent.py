@@ -76,6 +76,23 @@ class SubAgent:
             render("subagent_system", instruction=h.instruction, context=context, tools=tools, steps=self.steps_left),
         )
 
+    def _window(self) -> list[Message]:
+        """The history as the model sees it: whole when it fits the model's context, else the
+        first message plus as many of the latest as fit (about 3 characters per token, room
+        left for the system prompt and the reply). ``self.history`` itself is never cut."""
+        budget_chars = int(self.ctx.pool.spec(self.harness.model).context_size * 3 * 0.5)
+        if sum(len(m["content"]) for m in self.history) <= budget_chars:
+            return list(self.history)
+        head, tail = self.history[0], []
+        used = len(head["content"])
+        for m in reversed(self.history[1:]):
+            used += len(m["content"])
+            if used > budget_chars:
+                break
+            tail.append(m)
+        note = msg("user", f"({len(self.history) - 1 - len(tail)} earlier messages omitted to fit the context)")
+        return [head, note, *reversed(tail)]
+
     @property
     def steps_left(self) -> int:
         return max(0, self.harness.step_budget - self.steps_used)
@@ -102,7 +119,7 @@ class SubAgent:
         with self.ctx.tracer.span("step", f"{self.name}#{self.steps_used}"):
             decision = await self.ctx.decide(
                 SubAgentAction,
-                [self._system(), *self.history],
+                [self._system(), *self._window()],
                 model=self.harness.model,
                 config=GenerateConfig(max_tokens=256, temperature=0.7),
                 json_schema=schema,
