@@ -1,14 +1,13 @@
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from orchestrion import Budget, GenerateConfig, Message, Pool, ScriptedModel, Tool, ToolRegistry, TraceStore, solve
 from orchestrion.strategies.baselines import critique_satisfied, extract_answer
+from tests.helpers import TextArgs, act
 
 
 def prompt_of(messages: Sequence[Message]) -> str:
@@ -169,10 +168,6 @@ async def test_self_refine_budget_stop_keeps_the_latest_draft(store: TraceStore)
 
 # -- react ------------------------------------------------------------------------------
 
-class TextArgs(BaseModel):
-    text: str
-
-
 class Lookup(Tool):
     name = "lookup"
     description = "looks a fact up"
@@ -194,9 +189,6 @@ class Echo(Tool):
     async def run(self, args: Any, ctx: Any, model: str | None) -> str:
         return args.text
 
-
-def act(**kw: Any) -> str:
-    return json.dumps(kw)
 
 
 async def test_react_uses_tools_and_finishes(store: TraceStore) -> None:
