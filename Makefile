@@ -22,16 +22,21 @@ $(VENV)/.stamp-embedded: pyproject.toml | $(PY)
 	@touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-embedded pyproject.toml
-	$(PIP) install -q -e '.[embedded,serve,dev]'
+	$(PIP) install -q -e '.[embedded,serve,eval,train,ray,inspect,dev]'
+	@touch $@
+
+# BIG-bench's task files: fetched once into the user cache (about 360 MB download).
+$(VENV)/.stamp-data: $(VENV)/.stamp-dev
+	$(VENV)/bin/orchestrion datasets fetch bigbench
 	@touch $@
 
 demo: $(VENV)/.stamp-embedded
 	$(VENV)/bin/orchestrion run "$(DEMO_TASK)" --strategy para --set max_rounds=2
 
-test: $(VENV)/.stamp-dev
+test: $(VENV)/.stamp-data
 	$(VENV)/bin/pytest
 
-test-fast: $(VENV)/.stamp-dev
+test-fast: $(VENV)/.stamp-data
 	$(VENV)/bin/pytest -m 'not integration'
 
 typecheck: $(VENV)/.stamp-dev

@@ -1,21 +1,20 @@
-"""The `orchestrion` command line: run | trace | tool | pool | strategies | serve | view."""
+"""The `orchestrion` command line: run | trace | tool | pool | strategies | serve | view | eval | report | datasets | train."""
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated
 
 import orjson
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from ._errors import OrchestrionError
+from ._cli_common import DbOpt, PoolOpt, err, friendly, out, parse_settings
 from .api import load_pool, solve
+from .eval import _cli_datasets, _cli_eval, _cli_report
+from .train import _cli_data, _cli_rl, _cli_sft
 from .runtime.budget import Budget
 from .strategies.base import strategies
 from .tools.defaults import default_tools
@@ -27,45 +26,6 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="Learned agentic orchestration: run, trace and compare orchestration strategies.")
 trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded episodes.")
 app.add_typer(trace_app, name="trace")
-# Piped output is not cut at 80 columns: tables and ids stay whole for scripts and logs.
-out = Console(width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, soft_wrap=True)
-F = TypeVar("F", bound=Callable[..., Any])
-
-PoolOpt = Annotated[Path | None, typer.Option("--pool", help="pool.yaml; default: the embedded SmolLM2 model")]
-DbOpt = Annotated[Path | None, typer.Option("--db", help="trace database; default $ORCHESTRION_DB or ~/.orchestrion/traces.db")]
-
-
-def friendly(fn: F) -> F:
-    """Turn Orchestrion errors and Ctrl-C into one line on stderr and a non-zero exit."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except OrchestrionError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err.print("interrupted; the trace so far is kept")
-            raise typer.Exit(130) from None
-
-    return wrapper  # type: ignore[return-value]
-
-
-def _options(pairs: list[str]) -> dict[str, Any]:
-    opts: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, raw = pair.partition("=")
-        if not sep:
-            raise typer.BadParameter(f"'{pair}': expected KEY=VALUE", param_hint="--set")
-        try:
-            opts[key.strip()] = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            opts[key.strip()] = raw
-    return opts
-
-
 @app.command()
 @friendly
 def run(
@@ -81,7 +41,7 @@ def run(
     settings: Annotated[list[str], typer.Option("--set", help="strategy option KEY=VALUE (repeatable)")] = [],  # noqa: B006
 ) -> None:
     """Solve one task and print the answer, tokens, cost, wall time and trace id."""
-    options = _options(settings)
+    options = parse_settings(settings)
     if max_parallel is not None:
         options["max_parallel"] = max_parallel
     if max_active is not None:
@@ -227,6 +187,15 @@ def view(
         err.print(f"wrote {index}; open it in a browser")
     else:
         run_viewer(TraceStore(db), host=host, port=port)
+
+
+# Evaluation and training commands live beside their code; each module adds its own.
+train_app = typer.Typer(no_args_is_help=True, help="Train the orchestrator from traces: export, sft, grpo, opod.")
+app.add_typer(train_app, name="train")
+for _register in (_cli_datasets.register, _cli_eval.register, _cli_report.register):
+    _register(app)
+for _register in (_cli_data.register, _cli_sft.register, _cli_rl.register):
+    _register(train_app)
 
 
 def main() -> None:

@@ -1,0 +1,1 @@
+"""Evaluation: datasets, scorers, a resumable runner and reports."""
