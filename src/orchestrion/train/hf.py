@@ -14,18 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
+from .._paths import cache_dir
 from ..models.llama_cpp import find_smollm2_gguf
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-
-def cache_dir() -> Path:
-    """``$ORCHESTRION_CACHE`` or ``$XDG_CACHE_HOME/orchestrion`` (``~/.cache/orchestrion``)."""
-    env = os.environ.get("ORCHESTRION_CACHE")
-    if env:
-        return Path(env)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "orchestrion"
 
 
 def _require_training_extra() -> None:
