@@ -1,0 +1,110 @@
+"""The inspect_ai bridge: a real inspect_ai eval whose solver is an Orchestrion strategy on scripted models."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from orchestrion import GenerateConfig, Message, Pool, TraceStore
+from orchestrion._errors import ConfigError, StrategyNotFoundError
+from orchestrion.eval import inspect_bridge
+from orchestrion.eval.inspect_bridge import orchestrion_solver
+from orchestrion.models.scripted import ScriptedModel
+
+ANSWERS = {"What is 2+3?": "5", "What is 4+4?": "9"}  # the second is wrong on purpose
+
+
+def arithmetic(messages: Sequence[Message], config: GenerateConfig) -> str:
+    question = messages[-1]["content"]
+    return next(a for q, a in ANSWERS.items() if q in question)
+
+
+@pytest.fixture
+def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[list[Any]]:
+    """Refuse (and record) every connection or name lookup outside this machine; keep inspect_ai's files in tmp."""
+    attempts: list[Any] = []
+    real_connect = socket.socket.connect
+    real_getaddrinfo = socket.getaddrinfo
+
+    def local(host: Any) -> bool:
+        return not isinstance(host, str) or host in ("localhost", "127.0.0.1", "::1") or host.startswith("/")
+
+    def connect(self: socket.socket, address: Any) -> Any:
+        if self.family != socket.AF_UNIX and not local(address[0]):
+            attempts.append(address)
+            raise OSError("network disabled in this test")
+        return real_connect(self, address)
+
+    def getaddrinfo(host: Any, *args: Any, **kwargs: Any) -> Any:
+        if not local(host):
+            attempts.append(host)
+            raise socket.gaierror("network disabled in this test")
+        return real_getaddrinfo(host, *args, **kwargs)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    yield attempts
+
+
+def test_inspect_eval_scores_follow_the_scripted_answers(offline: list[Any], store: TraceStore, tmp_path: Path) -> None:
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.scorer import match
+
+    pool = Pool.from_models([ScriptedModel(arithmetic, name="calc")])
+    task = Task(
+        dataset=[Sample(input="What is 2+3?", target="5", id="add"), Sample(input="What is 4+4?", target="8", id="double")],
+        solver=orchestrion_solver("direct", pool=pool, store=store, run_id="inspect-run"),
+        scorer=match(),
+        epochs=2,
+    )
+    [log] = eval(task, model="mockllm/model", log_dir=str(tmp_path / "logs"), display="none")
+
+    assert log.status == "success", log.error
+    assert log.samples is not None and len(log.samples) == 4
+    by_sample = {(s.id, s.epoch): s for s in log.samples}
+    for epoch in (1, 2):
+        right, wrong = by_sample[("add", epoch)], by_sample[("double", epoch)]
+        assert right.output.completion == "5" and right.scores is not None and right.scores["match"].value == "C"
+        assert wrong.output.completion == "9" and wrong.scores is not None and wrong.scores["match"].value == "I"
+    assert log.results is not None and log.results.scores[0].metrics["accuracy"].value == 0.5
+    assert offline == []
+
+    # Each sample's metadata names its traced episode, which holds the same answer and usage.
+    for sample in log.samples:
+        record = sample.metadata["orchestrion"]
+        assert record == sample.store["orchestrion"]
+        assert record["strategy"] == "direct" and record["status"] == "ok"
+        assert sample.output.usage is not None
+        assert sample.output.usage.input_tokens == record["input_tokens"] > 0
+        row = store.episode(record["trace_id"])
+        assert row is not None and row["finished"] == 1 and row["run_id"] == "inspect-run"
+        assert row["answer"] == sample.output.completion and row["input_tokens"] == record["input_tokens"]
+        assert row["task_id"] == sample.id and row["epoch"] == sample.epoch - 1
+        task_json = orjson.loads(row["task"])
+        assert task_json["prompt"] == sample.input and task_json["answer"] == sample.target
+    assert len(store.query("SELECT id FROM episodes WHERE run_id = 'inspect-run'")) == 4
+
+
+def test_missing_inspect_ai_is_a_config_error_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    inspect_bridge._solver_factory.cache_clear()
+    for name in ("inspect_ai", "inspect_ai.model", "inspect_ai.solver"):
+        monkeypatch.setitem(sys.modules, name, None)
+    try:
+        with pytest.raises(ConfigError, match=r"pip install 'orchestrion\[inspect\]'"):
+            orchestrion_solver("direct", pool=Pool.from_models([ScriptedModel(["x"])]))
+    finally:
+        inspect_bridge._solver_factory.cache_clear()
+
+
+def test_unknown_strategy_fails_when_the_solver_is_made() -> None:
+    with pytest.raises(StrategyNotFoundError):
+        orchestrion_solver("no-such-strategy", pool=Pool.from_models([ScriptedModel(["x"])]))
