@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 _FRONT_COLOUR = "#d62728"
 _POINT_COLOUR = "#1f77b4"
+_LABEL_DY = (6, -16, 20, -30, 34, -44)  # label offsets (points) for 1st, 2nd, ... of nearby points
 
 
 def _figure(width: float, height: float) -> Any:
@@ -37,8 +38,13 @@ def _save(fig: Any, path: Path) -> None:
 
 
 def _label_points(ax: Any, xs: Sequence[float], ys: Sequence[float], names: Sequence[str]) -> None:
+    """Name each point; labels of points that nearly coincide are stacked so they stay readable."""
+    x_span = max([abs(x) for x in xs] + [0.0]) * 1.15 or 1.0  # the x axis runs from 0 to 1.15 x max
+    placed: list[tuple[float, float]] = []
     for x, y, name in zip(xs, ys, names):
-        ax.annotate(name, (x, y), textcoords="offset points", xytext=(6, 6), fontsize=9)
+        near = sum(1 for px, py in placed if abs(px - x) / x_span < 0.1 and abs(py - y) < 0.06)
+        placed.append((x, y))
+        ax.annotate(name, (x, y), textcoords="offset points", xytext=(6, _LABEL_DY[near % len(_LABEL_DY)]), fontsize=9)
 
 
 def _accuracy_limits(ax: Any, ys: Sequence[float], errs: Sequence[float]) -> None:
