@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,17 @@ def load_pool(pool: Pool | str | Path | None) -> Pool:
     return Pool.default() if pool is None else Pool.from_yaml(pool)
 
 
+EpisodeScorer = Callable[[Task, str], Awaitable[dict[str, Any]]]
+
+
+async def _score(scorer: EpisodeScorer, task: Task, answer: str) -> dict[str, Any]:
+    """The scorer's fields for the episode meta; a failing scorer scores 0 and says why."""
+    try:
+        return dict(await scorer(task, answer))
+    except Exception as exc:  # noqa: BLE001 - a scorer bug must not lose the episode
+        return {"score": 0.0, "correct": False, "score_error": f"{type(exc).__name__}: {exc}"}
+
+
 async def solve(
     task: str | Task,
     *,
@@ -76,8 +88,16 @@ async def solve(
     options: dict[str, Any] | None = None,
     run_id: str | None = None,
     epoch: int = 0,
+    scorer: EpisodeScorer | None = None,
 ) -> EpisodeResult:
-    """Solve one task with one strategy; the episode is fully traced."""
+    """Solve one task with one strategy; the episode is fully traced.
+
+    ``scorer`` (optional) is awaited on the answer once the strategy is done; the
+    dict it returns is merged into the top level of the episode meta by the same
+    update that marks the episode finished, so a scored episode is never half-written.
+    A scorer that raises gives ``score`` 0 and ``score_error``. Cancelled episodes
+    are not scored.
+    """
     the_task = task if isinstance(task, Task) else Task(prompt=task)
     the_strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
     the_pool = load_pool(pool)
@@ -109,17 +129,21 @@ async def solve(
     except asyncio.CancelledError:
         status, error = "cancelled", "cancelled"
         raise
+    except Exception as exc:
+        status, error = "error", f"{type(exc).__name__}: {exc}"
+        raise
     finally:
         reset_current(token)
         root.set(answer=answer, error=error)
         root.end(status)
         ended = time.time()
         usage = tracker.usage
+        scored = await _score(scorer, the_task, answer) if scorer is not None and status != "cancelled" else {}
         the_store.submit(
             "UPDATE episodes SET status=?, answer=?, error=?, ended=?, input_tokens=?, output_tokens=?, "
             "cost_usd=?, cost_units=?, meta=json_patch(meta, ?), finished=1 WHERE id=?",
             (status, answer, error, ended, usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.cost_units,
-             dumps({"result": meta}), episode_id),
+             dumps({**scored, "result": meta}), episode_id),
         )
         await asyncio.shield(the_store.aflush())
     return EpisodeResult(answer, status, the_strategy.name, usage, ended - started, episode_id, error, meta)

@@ -1,9 +1,121 @@
-"""Command-line commands for this area; ``register`` adds them to a typer app."""
+"""`orchestrion eval`: run strategies over a dataset, with epochs, progress, resume and a summary table."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import sys
+from typing import Annotated, Any
+
+import orjson
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from .._cli_common import DbOpt, PoolOpt, err, friendly, out, parse_settings
+from .._errors import ConfigError
+from ..runtime.budget import Budget
+from ..trace.store import TraceStore
+from .executors import Outcome, make_executor
+from .runner import EvalConfig, Observer, Tally, resume_command, resume_config, run_eval
+from .summary import summarize, summary_table
+
+
+class _ProgressObserver(Observer):
+    """A progress bar on stderr: episodes done/total, accuracy and cost so far."""
+
+    def __init__(self, progress: Progress) -> None:
+        self.progress = progress
+        self.task_id: Any = None
+        self.run_id: str | None = None
+
+    def started(self, run_id: str, tally: Tally, resumed: bool) -> None:
+        self.run_id = run_id
+        verb = "resuming" if resumed else "started"
+        before = f", {tally.done} finished before" if resumed else ""
+        err.print(f"run {run_id} {verb}: {tally.total} episodes{before}", highlight=False)
+        self.task_id = self.progress.add_task("episodes", total=tally.total, completed=tally.done, stats=_stats(tally))
+        self.progress.start()
+
+    def episode(self, outcome: Outcome, tally: Tally) -> None:
+        self.progress.update(self.task_id, completed=tally.done, stats=_stats(tally))
+
+
+def _stats(tally: Tally) -> str:
+    acc = "-" if tally.accuracy is None else f"{tally.accuracy:.3f}"
+    cost = "unknown" if tally.cost is None else f"${tally.cost:.6f}"
+    errors = f" errors {tally.errors}" if tally.errors else ""
+    return f"acc {acc}  cost {cost}{errors}"
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app`` (not built yet)."""
+    """Add `eval` to ``app``."""
+
+    @app.command("eval")
+    @friendly
+    def eval_cmd(
+        dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="e.g. bigbench:arithmetic/2_digit_multiplication, humaneval, jsonl:PATH")] = None,
+        strategies: Annotated[str | None, typer.Option("--strategies", "-s", help="comma-separated strategy names [default: direct]")] = None,
+        limit: Annotated[int | None, typer.Option("--limit", min=1, help="first N tasks (after shuffling with --seed)")] = None,
+        epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="runs per task and strategy [default: 1]")] = None,
+        concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="episodes in flight [default: 8]")] = None,
+        pool: PoolOpt = None,
+        seed: Annotated[int | None, typer.Option("--seed", help="dataset sampling seed; episodes get option seed = N + epoch")] = None,
+        db: DbOpt = None,
+        budget: Annotated[list[str], typer.Option("--budget", help="per-episode limit, e.g. tokens=4000 (repeatable)")] = [],  # noqa: B006
+        settings: Annotated[list[str], typer.Option("--set", help="strategy option KEY=VALUE (repeatable)")] = [],  # noqa: B006
+        executor: Annotated[str | None, typer.Option("--executor", help="local (asyncio) or ray [default: local]")] = None,
+        ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address; default: a local instance")] = None,
+        resume: Annotated[str | None, typer.Option("--resume", help="RUN_ID of an interrupted run to finish")] = None,
+        as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
+    ) -> None:
+        """Evaluate strategies on a dataset: tasks x strategies x epochs, scored and traced, resumable."""
+        store = TraceStore(db)
+        if resume is not None:
+            fixed = {"--dataset": dataset, "--strategies": strategies, "--limit": limit, "--epochs": epochs,
+                     "--pool": pool, "--seed": seed, "--budget": budget, "--set": settings}
+            ignored = [name for name, value in fixed.items() if value not in (None, [])]
+            if ignored:
+                err.print(f"[yellow]--resume uses the run's saved settings; ignoring {', '.join(ignored)}[/yellow]")
+            _, config = resume_config(store, resume)
+        else:
+            if dataset is None:
+                raise ConfigError("--dataset is required (or --resume RUN_ID); e.g. --dataset bigbench:arithmetic/1_digit_addition")
+            names = [s.strip() for s in (strategies or "direct").split(",") if s.strip()]
+            if not names:
+                raise ConfigError("--strategies: give at least one strategy name, e.g. direct,cot")
+            config = EvalConfig(
+                dataset=dataset, strategies=names, limit=limit, epochs=epochs or 1, seed=seed,
+                pool=None if pool is None else str(pool), budget=Budget.parse_cli(budget).model_dump(exclude_none=True),
+                options=parse_settings(settings),
+            )
+        chosen = executor or config.executor
+        address = ray_address or config.ray_address
+        n = concurrency or config.concurrency
+        if resume is None:
+            if chosen not in ("local", "ray"):
+                raise ConfigError(f"--executor '{chosen}': choose local or ray")
+            config = config.model_copy(update={"executor": chosen, "ray_address": address, "concurrency": n})
+        runner = make_executor(chosen, concurrency=n, ray_address=address)
+        progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), console=err, transient=True)
+        observer = _ProgressObserver(progress)
+        try:
+            run = asyncio.run(run_eval(config, store, resume=resume, executor=runner, observer=observer))
+        except KeyboardInterrupt:
+            progress.stop()
+            run_id = observer.run_id
+            err.print("interrupted; finished episodes are kept.")
+            if run_id:
+                err.print(f"resume with: {resume_command(run_id, db)}", highlight=False)
+            raise typer.Exit(130) from None
+        finally:
+            progress.stop()
+        summaries = summarize(store, run.run_id)
+        if as_json:
+            body = {"run_id": run.run_id, "summaries": [dataclasses.asdict(s) for s in summaries]}
+            sys.stdout.write(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
+        else:
+            title = f"{run.config.dataset} — run {run.run_id}"
+            out.print(summary_table(summaries, title=title))
+        err.print(f"run {run.run_id} finished: {run.ran} episodes ran, {run.skipped} were done before", highlight=False)
+

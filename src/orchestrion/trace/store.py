@@ -96,6 +96,20 @@ class TraceStore:
             raise TraceError(f"trace store {self.path}: writer failed: {self._error}")
         self._put((sql, params))
 
+    def submit_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+        """Enqueue several statements that are committed in one transaction (all or none)."""
+        if self._error is not None:
+            raise TraceError(f"trace store {self.path}: writer failed: {self._error}")
+        if not statements:
+            return
+        # The writer takes the whole pending list at once under this lock, so
+        # statements appended together always land in the same batch.
+        with self._lock:
+            first = not self._pending
+            self._pending.extend(statements)
+        if first:
+            self._wake.set()
+
     def _put(self, item: object) -> None:
         # A plain list under a lock: cheaper than queue.Queue, and the writer is only
         # woken when the list goes from empty to non-empty.
@@ -198,6 +212,40 @@ class TraceStore:
 
     def decisions(self, episode_id: str) -> list[dict[str, Any]]:
         return self.query("SELECT * FROM decisions WHERE episode_id = ? ORDER BY seq, attempt", (episode_id,))
+
+    # -- moving episodes between stores (e.g. from a Ray worker to the driver) ----------
+    def export_episode_rows(self, episode_id: str) -> dict[str, list[dict[str, Any]]]:
+        """Every row of one episode, by table: ``episodes``, ``spans``, ``events``, ``decisions``."""
+        return {
+            "episodes": self.query("SELECT * FROM episodes WHERE id = ?", (episode_id,)),
+            "spans": self.query("SELECT * FROM spans WHERE episode_id = ? ORDER BY rowid", (episode_id,)),
+            "events": self.query("SELECT * FROM events WHERE episode_id = ? ORDER BY id", (episode_id,)),
+            "decisions": self.query("SELECT * FROM decisions WHERE episode_id = ? ORDER BY rowid", (episode_id,)),
+        }
+
+    def import_rows(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        """Insert rows from :meth:`export_episode_rows` (of another store) in one transaction.
+
+        Events get fresh ids here; every other id is kept. The episode row goes last.
+        An episode that is already in this store is refused (nothing is written).
+        """
+        tables = ("spans", "events", "decisions", "episodes")
+        ids = [r["id"] for r in rows.get("episodes", [])]
+        with self.read() as conn:
+            known = {t: {r[1] for r in conn.execute(f"PRAGMA table_info({t})")} for t in tables}
+            present = [i for i in ids if conn.execute("SELECT 1 FROM episodes WHERE id = ?", (i,)).fetchone()]
+        if present:
+            raise TraceError(f"import into {self.path}: episode {present[0]} is already there; not imported twice")
+        statements: list[tuple[str, Sequence[Any]]] = []
+        for table in tables:
+            for row in rows.get(table, []):
+                unknown = set(row) - known[table]
+                cols = [c for c in row if not (table == "events" and c == "id")]
+                if unknown:
+                    raise TraceError(f"import into {self.path}: table {table} has no column(s) {', '.join(sorted(unknown))}")
+                sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
+                statements.append((sql, [row[c] for c in cols]))
+        self.submit_all(statements)
 
 
 def _run(conn: sqlite3.Connection, sql: str | None, rows: list[Sequence[Any]]) -> None:

@@ -1,0 +1,231 @@
+"""The evaluation runner: tasks x strategies x epochs, scored, resumable.
+
+A run is a ``runs`` row (kind ``eval``) whose config holds everything needed to
+run it again; its episodes carry its id, their task id, strategy and epoch.
+Each episode is scored inside :func:`orchestrion.api.solve`, by the same update
+that marks it finished, so an episode is either absent, unfinished, or finished
+and scored. Resuming runs exactly the (task, strategy, epoch) triples that have
+no counted episode yet and marks the unfinished leftovers ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .._errors import ConfigError
+from ..runtime.budget import Budget
+from ..strategies.base import Task, get_strategy
+from ..trace.store import TraceStore
+from ..trace.tracer import dumps, new_id
+from .executors import EpisodeJob, Executor, Outcome, PoolFactory, PoolSource, WorkItem, make_executor
+from .summary import counted_episodes, run_info
+
+
+class EvalConfig(BaseModel):
+    """What an evaluation run is; stored as the ``runs.config`` JSON."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str = Field(min_length=1)
+    strategies: list[str] = Field(min_length=1)
+    limit: int | None = Field(default=None, ge=1)
+    epochs: int = Field(default=1, ge=1)
+    seed: int | None = None
+    concurrency: int = Field(default=8, ge=1)
+    pool: str | None = None
+    budget: dict[str, Any] = Field(default_factory=dict)
+    options: dict[str, Any] = Field(default_factory=dict)
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    # filled in when the run starts
+    dataset_kind: str | None = None
+    task_ids: list[str] = Field(default_factory=list)
+
+
+@dataclass
+class Tally:
+    """Running totals for a progress display."""
+
+    total: int
+    done: int = 0
+    scored: int = 0
+    score_sum: float = 0.0
+    cost_usd: float = 0.0
+    cost_unknown: bool = False
+    errors: int = 0
+
+    @property
+    def accuracy(self) -> float | None:
+        return self.score_sum / self.scored if self.scored else None
+
+    @property
+    def cost(self) -> float | None:
+        return None if self.cost_unknown else self.cost_usd
+
+    def add(self, score: float | None, cost_usd: float | None, status: str) -> None:
+        self.done += 1
+        if score is not None:
+            self.scored += 1
+            self.score_sum += score
+        if cost_usd is None:
+            self.cost_unknown = True
+        else:
+            self.cost_usd += cost_usd
+        self.errors += status == "error"
+
+
+@dataclass
+class EvalRun:
+    """A finished (or fully resumed) run."""
+
+    run_id: str
+    config: EvalConfig
+    total: int
+    skipped: int
+    ran: int
+
+
+class Observer:
+    """Hooks the CLI uses for progress; the defaults do nothing."""
+
+    def started(self, run_id: str, tally: Tally, resumed: bool) -> None:
+        """The run row exists; ``tally`` counts what was finished before (on resume)."""
+
+    def episode(self, outcome: Outcome, tally: Tally) -> None:
+        """One episode is committed; ``tally`` includes it."""
+
+
+def check_strategies(names: list[str]) -> None:
+    for name in names:
+        get_strategy(name)  # StrategyNotFoundError names the known ones
+
+
+def unique_ids(tasks: list[Task]) -> list[Task]:
+    """Every task with an id, unique within the dataset (position for a missing id, ``#n`` for repeats)."""
+    seen: dict[str, int] = {}
+    out = []
+    for i, task in enumerate(tasks):
+        base = task.id or f"task-{i}"
+        n = seen.get(base, 0)
+        seen[base] = n + 1
+        tid = base if n == 0 else f"{base}#{n + 1}"
+        out.append(task if tid == task.id else task.model_copy(update={"id": tid}))
+    return out
+
+
+def load_tasks(config: EvalConfig) -> tuple[list[Task], Any, str | None]:
+    """The dataset's tasks (with unique ids), its scorer and its kind."""
+    from .datasets import load_dataset
+
+    dataset = load_dataset(config.dataset, limit=config.limit, seed=config.seed)
+    if not dataset.tasks:
+        raise ConfigError(f"--dataset {config.dataset}: no tasks to run")
+    return unique_ids(list(dataset.tasks)), dataset.scorer, getattr(dataset, "kind", None)
+
+
+def resume_config(store: TraceStore, run_id: str) -> tuple[str, EvalConfig]:
+    """The full run id and the stored config of an eval run."""
+    info = run_info(store, run_id)
+    if info["kind"] != "eval":
+        raise ConfigError(f"run {info['id']} is a '{info['kind']}' run, not an eval run; it cannot be resumed here")
+    try:
+        return info["id"], EvalConfig.model_validate(info["config"])
+    except ValueError as exc:
+        raise ConfigError(f"run {info['id']}: its stored config is not readable ({str(exc).splitlines()[0]})") from None
+
+
+def _mark_interrupted(store: TraceStore, run_id: str) -> None:
+    """Unfinished or cancelled episodes of the run become ``interrupted`` (kept, never counted)."""
+    store.submit("UPDATE episodes SET status = 'interrupted' WHERE run_id = ? AND (finished = 0 OR status = 'cancelled')",
+                 (run_id,))
+
+
+def _set_status(store: TraceStore, run_id: str, status: str) -> None:
+    store.submit("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
+
+
+def _prior(store: TraceStore, run_id: str, total: int) -> tuple[set[tuple[str, str, int]], Tally]:
+    """The triples already done, and a tally over them."""
+    tally = Tally(total)
+    done: set[tuple[str, str, int]] = set()
+    for ep in counted_episodes(store, run_id):
+        done.add((ep["task_id"], ep["strategy"], ep["epoch"]))
+        score = ep["meta"].get("score")
+        tally.add(float(score) if isinstance(score, (int, float)) else None, ep["cost_usd"], ep["status"])
+    return done, tally
+
+
+def work_items(tasks: list[Task], strategies: list[str], epochs: int, done: set[tuple[str, str, int]]) -> list[WorkItem]:
+    """Epoch by epoch, task by task, every strategy: early results cover all strategies."""
+    items = (WorkItem(t, s, e) for e in range(epochs) for t in tasks for s in strategies)
+    return [it for it in items if it.key not in done]
+
+
+async def run_eval(
+    config: EvalConfig,
+    store: TraceStore,
+    *,
+    resume: str | None = None,
+    pool: PoolFactory | None = None,
+    executor: Executor | None = None,
+    observer: Observer | None = None,
+) -> EvalRun:
+    """Run (or, with ``resume`` = a run id, finish) an evaluation; every episode goes to ``store``.
+
+    ``config`` is ignored when resuming (the run's stored config is used). ``pool``
+    overrides the pool the config names (tests pass a scripted one); ``executor``
+    overrides ``config.executor``.
+    """
+    watcher = observer or Observer()
+    if resume is not None:
+        run_id, config = resume_config(store, resume)
+    check_strategies(config.strategies)
+    budget = Budget.model_validate(config.budget)
+    tasks, scorer, kind = load_tasks(config)
+    ids = [t.id or "" for t in tasks]
+    pool_factory = pool or PoolSource(config.pool)
+    the_executor = executor or make_executor(config.executor, concurrency=config.concurrency,
+                                             ray_address=config.ray_address)
+    if resume is None:
+        run_id = new_id()
+        config = config.model_copy(update={"dataset_kind": kind, "task_ids": ids})
+        store.submit("INSERT INTO runs (id, created, kind, config, status) VALUES (?,?,?,?,?)",
+                     (run_id, time.time(), "eval", dumps(config.model_dump()), "running"))
+    else:
+        if config.task_ids and config.task_ids != ids:
+            raise ConfigError(f"run {run_id}: dataset {config.dataset} no longer gives the same tasks "
+                              f"(limit {config.limit}, seed {config.seed}); it cannot be resumed")
+        _mark_interrupted(store, run_id)
+        _set_status(store, run_id, "running")
+    await store.aflush()
+    total = len(tasks) * len(config.strategies) * config.epochs
+    done, tally = _prior(store, run_id, total)
+    items = work_items(tasks, config.strategies, config.epochs, done)
+    job = EpisodeJob(run_id=run_id, pool=pool_factory, scorer=scorer, budget=budget, options=dict(config.options),
+                     seed=config.seed)
+    watcher.started(run_id, tally, resume is not None)
+
+    def on_done(outcome: Outcome) -> None:
+        tally.add(outcome.score, outcome.cost_usd, outcome.status)
+        watcher.episode(outcome, tally)
+
+    try:
+        await the_executor.run(items, job, store, on_done)
+    except BaseException:
+        _mark_interrupted(store, run_id)
+        _set_status(store, run_id, "interrupted")
+        store.flush()
+        raise
+    _set_status(store, run_id, "finished")
+    await store.aflush()
+    return EvalRun(run_id, config, total, len(done), len(items))
+
+
+def resume_command(run_id: str, db: Path | None) -> str:
+    """The shell command that resumes a run."""
+    return f"orchestrion eval --resume {run_id}" + (f" --db {db}" if db is not None else "")

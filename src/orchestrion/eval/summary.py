@@ -1,0 +1,211 @@
+"""Per-strategy summaries of an evaluation run, read back from the trace store.
+
+Only counted episodes enter a summary: finished (closing update committed) and not
+interrupted. If a (task, strategy, epoch) somehow has more than one, the first
+one to start counts. Scores come from the top level of the episode meta
+(``score``, ``correct``), written there by the runner's scorer.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from rich.table import Table
+
+from .._errors import ConfigError
+from ..trace.store import TraceStore
+
+# The SQL condition for an episode that counts (used by the runner for resume too).
+COUNTED = "finished = 1 AND status NOT IN ('interrupted', 'cancelled')"
+# Dataset kinds scored by running code: their summaries carry pass@k.
+CODE_KINDS = frozenset({"humaneval"})
+
+
+@dataclass
+class StrategySummary:
+    """One strategy's results over one run."""
+
+    strategy: str
+    episodes: int
+    tasks: int
+    epochs: int
+    accuracy: float
+    stderr: float
+    pass_at_k: dict[int, float]
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float | None
+    cost_units: float
+    wall_s: float
+    mean_wall_s: float
+    invalid_action_rate: float
+    models: dict[str, int] = field(default_factory=dict)
+    tools: dict[str, int] = field(default_factory=dict)
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+def run_info(store: TraceStore, run_id: str) -> dict[str, Any]:
+    """The ``runs`` row (an id prefix is enough) with ``config`` decoded."""
+    rows = store.query("SELECT * FROM runs WHERE id = ? OR id LIKE ?", (run_id, run_id + "%"))
+    if not rows:
+        raise ConfigError(f"no run '{run_id}' in {store.path}; `orchestrion eval` prints the run id when it starts")
+    if len(rows) > 1:
+        raise ConfigError(f"run id prefix '{run_id}' matches {len(rows)} runs in {store.path}; give more characters")
+    row = rows[0]
+    row["config"] = orjson.loads(row["config"]) if row.get("config") else {}
+    return row
+
+
+def counted_episodes(store: TraceStore, run_id: str) -> list[dict[str, Any]]:
+    """The run's counted episodes, one per (task, strategy, epoch), with ``meta`` decoded."""
+    rows = store.query(f"SELECT * FROM episodes WHERE run_id = ? AND {COUNTED} ORDER BY started, rowid", (run_id,))
+    seen: set[tuple[Any, ...]] = set()
+    kept = []
+    for row in rows:
+        key = (row["task_id"], row["strategy"], row["epoch"])
+        if key not in seen:
+            seen.add(key)
+            row["meta"] = orjson.loads(row["meta"]) if row.get("meta") else {}
+            kept.append(row)
+    return kept
+
+
+def summarize(store: TraceStore, run_id: str) -> list[StrategySummary]:
+    """One summary per strategy, in the order the run lists its strategies."""
+    info = run_info(store, run_id)
+    config = info["config"]
+    episodes = counted_episodes(store, info["id"])
+    by_strategy: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for ep in episodes:
+        by_strategy[ep["strategy"]].append(ep)
+    order = [s for s in config.get("strategies", []) if s in by_strategy]
+    order += [s for s in by_strategy if s not in order]
+    ids = {ep["id"] for ep in episodes}
+    invalid, attempts = _decision_counts(store, info["id"], ids)
+    models = _span_counts(store, info["id"], ids, "kind = 'call'", "COALESCE(json_extract(s.attrs, '$.model'), s.name)")
+    tools = _span_counts(store, info["id"], ids, "kind IN ('tool', 'agent')", "COALESCE(json_extract(s.attrs, '$.tool'), s.name)")
+    code = config.get("dataset_kind") in CODE_KINDS
+    return [_summary(name, by_strategy[name], invalid, attempts, models, tools, code) for name in order]
+
+
+def _summary(name: str, eps: list[dict[str, Any]], invalid: Counter[str], attempts: Counter[str],
+             models: dict[str, Counter[str]], tools: dict[str, Counter[str]], code: bool) -> StrategySummary:
+    per_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for ep in eps:
+        per_task[ep["task_id"]].append(ep)
+    means = [sum(_score(e) for e in group) / len(group) for group in per_task.values()]
+    accuracy = sum(means) / len(means) if means else 0.0
+    stderr = _stderr(means)
+    epochs = len({ep["epoch"] for ep in eps})
+    walls = [max(0.0, (ep["ended"] or ep["started"]) - ep["started"]) for ep in eps]
+    costs = [ep["cost_usd"] for ep in eps]
+    ids = [ep["id"] for ep in eps]
+    n_attempts = sum(attempts[i] for i in ids)
+    return StrategySummary(
+        strategy=name, episodes=len(eps), tasks=len(per_task), epochs=epochs,
+        accuracy=accuracy, stderr=stderr,
+        pass_at_k=_pass_at_k(per_task, epochs) if code else {},
+        input_tokens=sum(ep["input_tokens"] or 0 for ep in eps),
+        output_tokens=sum(ep["output_tokens"] or 0 for ep in eps),
+        cost_usd=None if any(c is None for c in costs) else float(sum(costs)),
+        cost_units=float(sum(ep["cost_units"] or 0 for ep in eps)),
+        wall_s=sum(walls), mean_wall_s=sum(walls) / len(walls) if walls else 0.0,
+        invalid_action_rate=sum(invalid[i] for i in ids) / n_attempts if n_attempts else 0.0,
+        models=_merge(models, ids), tools=_merge(tools, ids),
+        statuses=dict(Counter(ep["status"] for ep in eps).most_common()),
+    )
+
+
+def _score(ep: dict[str, Any]) -> float:
+    value = ep["meta"].get("score")
+    return float(value) if isinstance(value, (int, float)) else 0.0
+
+
+def _stderr(values: list[float]) -> float:
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return math.sqrt(var / n)
+
+
+def _pass_at_k(per_task: dict[str, list[dict[str, Any]]], epochs: int) -> dict[int, float]:
+    from .scorers import pass_at_k
+
+    result: dict[int, float] = {}
+    for k in sorted({1, max(1, epochs)}):
+        values = [pass_at_k(len(g), sum(1 for e in g if e["meta"].get("correct")), k) for g in per_task.values() if len(g) >= k]
+        if values:
+            result[k] = sum(values) / len(values)
+    return result
+
+
+def _decision_counts(store: TraceStore, run_id: str, ids: set[str]) -> tuple[Counter[str], Counter[str]]:
+    rows = store.query(
+        "SELECT d.episode_id AS ep, SUM(d.valid = 0) AS bad, COUNT(*) AS n FROM decisions d "
+        "JOIN episodes e ON e.id = d.episode_id WHERE e.run_id = ? GROUP BY d.episode_id", (run_id,))
+    invalid: Counter[str] = Counter()
+    attempts: Counter[str] = Counter()
+    for r in rows:
+        if r["ep"] in ids:
+            invalid[r["ep"]], attempts[r["ep"]] = int(r["bad"] or 0), int(r["n"])
+    return invalid, attempts
+
+
+def _span_counts(store: TraceStore, run_id: str, ids: set[str], where: str, label: str) -> dict[str, Counter[str]]:
+    rows = store.query(
+        f"SELECT s.episode_id AS ep, {label} AS label, COUNT(*) AS n FROM spans s "
+        f"JOIN episodes e ON e.id = s.episode_id WHERE e.run_id = ? AND s.{where} GROUP BY 1, 2", (run_id,))
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    for r in rows:
+        if r["ep"] in ids:
+            counts[r["ep"]][str(r["label"])] += int(r["n"])
+    return counts
+
+
+def _merge(counts: dict[str, Counter[str]], ids: list[str]) -> dict[str, int]:
+    total: Counter[str] = Counter()
+    for i in ids:
+        total.update(counts.get(i, Counter()))
+    return dict(total.most_common())
+
+
+# -- the table ------------------------------------------------------------------------
+def summary_table(summaries: list[StrategySummary], *, title: str = "") -> Table:
+    """A rich table with one row per strategy."""
+    code = any(s.pass_at_k for s in summaries)
+    ks = sorted({k for s in summaries for k in s.pass_at_k})
+    table = Table(title=title or None)
+    table.add_column("strategy", style="bold")
+    table.add_column("episodes", justify="right")
+    table.add_column("accuracy (mean@k ± se)", justify="right")
+    if code:
+        for k in ks:
+            table.add_column(f"pass@{k}", justify="right")
+    for name in ("tokens in/out", "cost", "wall total / mean", "invalid actions"):
+        table.add_column(name, justify="right")
+    table.add_column("models")
+    table.add_column("tools")
+    table.add_column("statuses")
+    for s in summaries:
+        row = [s.strategy, f"{s.episodes} ({s.tasks}×{s.epochs})", f"{s.accuracy:.3f} ± {s.stderr:.3f}"]
+        if code:
+            row += [f"{s.pass_at_k[k]:.3f}" if k in s.pass_at_k else "-" for k in ks]
+        row += [
+            f"{s.input_tokens}/{s.output_tokens}",
+            "unknown" if s.cost_usd is None else f"${s.cost_usd:.6f}",
+            f"{s.wall_s:.1f}s / {s.mean_wall_s:.2f}s",
+            f"{s.invalid_action_rate:.1%}",
+            _counts(s.models), _counts(s.tools), _counts(s.statuses),
+        ]
+        table.add_row(*row)
+    return table
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{k}×{v}" for k, v in counts.items()) or "-"
