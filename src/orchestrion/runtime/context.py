@@ -14,7 +14,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from .._errors import ModelError
+from .._errors import ConfigError, ModelError
 from ..models._types import Completion, GenerateConfig, Message, Usage
 from ..models.pool import Pool
 from ..models.structured import parse_as, repair_messages, schema_prompt
@@ -27,6 +27,11 @@ T = TypeVar("T", bound=BaseModel)
 R = TypeVar("R")
 
 ORCHESTRATOR_CONFIG = GenerateConfig(max_tokens=384, temperature=0.7, logprobs=True)
+
+
+def decision_seed(base: int, index: int) -> int:
+    """The sampling seed of the ``index``-th decision call of an episode run with option ``seed=base``."""
+    return (base * 1_000_003 + index) % 2_147_483_647
 
 
 @dataclass
@@ -62,6 +67,12 @@ class RunContext:
         self.tracer = tracer
         self.budget = budget
         self.options: dict[str, Any] = dict(options or {})
+        # tree and counterfactual rollouts: the first N decision calls reuse these raw outputs
+        replay = self.options.get("replay_decisions") or []
+        if isinstance(replay, str):
+            raise ConfigError("option replay_decisions must be a list of raw decision outputs, not one string")
+        self._replay: list[str] = [str(o) for o in replay]
+        self._decision_calls = 0  # model calls made by decide so far, replayed ones included
 
     def option(self, name: str, default: Any) -> Any:
         """A strategy option: CLI/API value first, then the pool's strategy YAML, then ``default``."""
@@ -125,7 +136,14 @@ class RunContext:
         name: str = "decision",
         json_schema: dict[str, Any] | None = None,
     ) -> Decision[T]:
-        """An orchestrator action validated against ``schema``; invalid outputs are recorded and repaired."""
+        """An orchestrator action validated against ``schema``; invalid outputs are recorded and repaired.
+
+        Option ``replay_decisions`` (a list of raw outputs) replaces the episode's first N decision
+        model calls, repair attempts included: each is parsed, validated and recorded as if sampled,
+        with no model call and no tokens, and its decision span lists it in ``replayed_attempts``
+        (``replayed: true`` when every attempt of the decision was replayed). Option ``seed`` gives
+        each sampled decision call the seed :func:`decision_seed` derives from it.
+        """
         model_name = model or self.pool.orchestrator
         json_schema = json_schema or schema.model_json_schema()
         base = config or ORCHESTRATOR_CONFIG
@@ -134,10 +152,16 @@ class RunContext:
         if not self.pool.get(model_name).constrains_json:
             convo = [*convo[:-1], {**convo[-1], "content": convo[-1]["content"] + "\n\n" + schema_prompt(json_schema)}]
         decision: Decision[T] = Decision(action=None)
+        replayed: list[int] = []
         with self.tracer.span("decision", name, model=model_name, schema=schema.__name__) as span:
             for attempt in range(max_repairs + 1):
+                index, self._decision_calls = self._decision_calls, self._decision_calls + 1
                 try:
-                    completion = await self.generate(convo, model=model_name, config=cfg, name=name)
+                    if index < len(self._replay):
+                        completion = self._replayed(index, model_name)
+                        replayed.append(attempt)
+                    else:
+                        completion = await self.generate(convo, model=model_name, config=self._seeded(cfg, index), name=name)
                 except ModelError as exc:
                     if attempt == 0:
                         raise
@@ -153,6 +177,7 @@ class RunContext:
                     "output": completion.text,
                     "token_ids": completion.token_ids,
                     "logprobs": completion.logprobs,
+                    "replayed": attempt in replayed,
                 }
                 try:
                     action = parse_as(schema, completion.text)
@@ -169,9 +194,24 @@ class RunContext:
                 if decision.valid:
                     break
             span.set(valid=decision.valid, attempts=len(decision.attempts), error=decision.error)
+            if replayed:  # replayed attempts: no model call, no tokens; sampled ones have a call span
+                span.set(replayed=len(replayed) == len(decision.attempts), replayed_attempts=replayed)
             if not decision.valid:
                 span.status = "invalid"
         return decision
+
+    def _replayed(self, index: int, model_name: str) -> Completion:
+        """A decision output taken from ``options["replay_decisions"]``: counted as a step, never billed."""
+        self.budget.step()
+        return Completion(text=self._replay[index], model=model_name, usage=Usage(), latency_s=0.0,
+                          finish_reason="replayed")
+
+    def _seeded(self, cfg: GenerateConfig, index: int) -> GenerateConfig:
+        """With option ``seed``, each decision call gets its own derived seed (distinct, reproducible)."""
+        seed = self.options.get("seed")
+        if cfg.seed is not None or seed is None:
+            return cfg
+        return replace(cfg, seed=decision_seed(int(seed), index))
 
     # -- tool calls ----------------------------------------------------------------
     async def call_tool(

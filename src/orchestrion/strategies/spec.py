@@ -37,6 +37,7 @@ from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow
 from ..runtime.scheduler import topological_order
 from ..runtime.synthesis import synthesize
+from ..tools.registry import ToolRegistry
 from .base import Answer, Strategy, Task, register
 from .uno import decide_with_options, tool_available
 
@@ -164,6 +165,13 @@ def decision_schema(primitives: Sequence[str], max_roles: int) -> dict[str, Any]
     return schema
 
 
+def available_primitives(tools: ToolRegistry) -> list[str]:
+    """The primitives a spec may use with these tools (searcher needs retrieval, coder needs Python)."""
+    return [p for p in PRIMITIVES if tool_available(tools, p)
+            and (p != "searcher" or tool_available(tools, "retrieve"))
+            and (p != "coder" or tool_available(tools, "python"))]
+
+
 def _capacity_lines(pool: Pool) -> str:
     tiers = {name: pool.spec(name).tier for name in pool.names}
     lines = []
@@ -182,9 +190,7 @@ class Spec(Strategy):
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         max_roles = min(MAX_ROLES, max(1, int(ctx.option("max_roles", 3))))
-        prims = [p for p in PRIMITIVES if tool_available(ctx.tools, p)
-                 and (p != "searcher" or tool_available(ctx.tools, "retrieve"))
-                 and (p != "coder" or tool_available(ctx.tools, "python"))]
+        prims = available_primitives(ctx.tools)
         if not prims:
             return Answer("", status="invalid_spec", meta={"error": "no agent tool is registered to play a role"})
         system = msg("system", render("spec_system", capacities=_capacity_lines(ctx.pool), max_roles=max_roles,
