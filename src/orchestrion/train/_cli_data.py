@@ -1,9 +1,105 @@
-"""Command-line commands for this area; ``register`` adds them to a typer app."""
+"""`orchestrion train export`: a run's orchestrator decisions as TRL or verl training data."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
 import typer
+
+from .._cli_common import DbOpt, err, friendly, out
+from .._errors import ConfigError
+
+if TYPE_CHECKING:
+    from ..trace.store import TraceStore
+    from .records import DecisionRecord
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app`` (not built yet)."""
+    """Add ``export`` to the ``train`` app."""
+    app.command("export")(export)
+
+
+@friendly
+def export(
+    run: Annotated[str, typer.Option("--run", help="run id (an eval run); its episodes' decisions are exported")],
+    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+    fmt: Annotated[str, typer.Option("--format", help="trl (JSONL prompt-completion) or verl (parquet)")] = "trl",
+    db: DbOpt = None,
+    all_records: Annotated[bool, typer.Option("--all", help="no filters: every attempt of every episode, invalid ones included")] = False,
+    one_per_task: Annotated[bool, typer.Option("--one-per-task", help="at most one episode per task (the best scored)")] = False,
+    max_tool_share: Annotated[float, typer.Option("--max-tool-share", min=0.0, max=1.0,
+                                                  help="no tool in more than this share of rows; 1 = no cap")] = 0.5,
+    include_failed: Annotated[bool, typer.Option("--include-failed", help="keep episodes that were not successful")] = False,
+    rewards: Annotated[Path | None, typer.Option("--rewards", help="rewards.yaml for meta.reward (default weights otherwise)")] = None,
+    gguf: Annotated[Path | None, typer.Option("--gguf", help="tokenizer of this GGUF (default: the embedded orchestrator)")] = None,
+) -> None:
+    """Export a run's decisions (exact context, raw output, token ids, loss mask) for TRL or verl."""
+    from ..trace.store import TraceStore
+    from .records import RecordFilter, filter_steps, load_records
+    from .rewards import episode_reward, load_reward_config
+
+    if fmt not in ("trl", "verl"):
+        raise ConfigError(f"--format '{fmt}': choose trl or verl")
+    cfg = load_reward_config(rewards)
+    store = TraceStore(db)
+    run_id = _resolve_run(store, run)
+    records = load_records(store, run_id=run_id)
+    out.print(f"records read: {len(records)} decision attempts from {len({r.episode_id for r in records})} episodes "
+              f"of run {run_id}", highlight=False)
+    if not records:
+        raise ConfigError(f"run {run_id} has no recorded orchestrator decisions (its strategies made none); "
+                          "export a run of a strategy such as para, milestone or proactive")
+    flt = RecordFilter(successful_only=False, keep_recoverable=True, max_tool_share=None, dedupe=False,
+                       valid_only=False, sampled_only=False) if all_records else RecordFilter(
+        successful_only=not include_failed, one_per_task=one_per_task,
+        max_tool_share=max_tool_share if max_tool_share < 1.0 else None)
+    kept = records
+    for step, kept in filter_steps(records, flt):
+        out.print(f"  kept after {step}: {len(kept)}", highlight=False)
+        if not kept:
+            raise ConfigError(_why_empty(step, run_id, records))
+    episode_rewards = {eid: episode_reward(store, eid, cfg) for eid in dict.fromkeys(r.episode_id for r in kept)}
+    info = {"run_id": run_id, "records_read": len(records), "filters": flt.__dict__, "rewards_config": cfg.model_dump()}
+    with err.status(f"writing {len(kept)} rows..."):
+        path = _write(fmt, kept, out_dir, episode_rewards, info, gguf)
+    out.print(f"wrote {path} ({len(kept)} rows, {len(episode_rewards)} episodes) and {path.parent / 'dataset_info.json'}",
+              highlight=False)
+
+
+def _write(fmt: str, kept: list[DecisionRecord], out_dir: Path, rewards: dict[str, float],
+           info: dict[str, object], gguf: Path | None) -> Path:
+    from .export import export_trl, export_verl
+
+    if fmt == "verl":
+        return export_verl(kept, out_dir, rewards=rewards, info=info)
+    from .hf import load_tokenizer
+
+    return export_trl(kept, out_dir, tokenizer=load_tokenizer(gguf), rewards=rewards, info=info)
+
+
+def _resolve_run(store: TraceStore, run: str) -> str:
+    """The run id itself, or the one run whose id starts with ``run``."""
+    rows = store.query("SELECT DISTINCT run_id FROM episodes WHERE run_id = ? OR run_id LIKE ?", (run, run + "%"))
+    ids = [r["run_id"] for r in rows]
+    if run in ids:
+        return run
+    if len(ids) == 1:
+        return str(ids[0])
+    if len(ids) > 1:
+        raise ConfigError(f"run id prefix '{run}' matches {len(ids)} runs; give more characters")
+    raise ConfigError(f"run '{run}' not found in {store.path}: no episode has that run id; check --run and --db")
+
+
+def _why_empty(step: str, run_id: str, records: list[DecisionRecord]) -> str:
+    episodes = {r.episode_id: r for r in records}.values()
+    if step.startswith("successful"):
+        unscored = sum(1 for r in episodes if r.score is None and r.correct is None)
+        note = f" ({unscored} of {len(episodes)} episodes are unscored)" if unscored else ""
+        return f"no successful episodes in run {run_id}{note}; pass --include-failed to export them anyway"
+    if step.startswith("valid"):
+        return f"no valid orchestrator output left in run {run_id}; pass --all to export invalid attempts too"
+    if step.startswith("no tool"):
+        return (f"the tool cap removed every row of run {run_id} (one tool is in nearly all of them); "
+                "raise --max-tool-share, e.g. --max-tool-share 1")
+    return f"no records of run {run_id} left after '{step}'; relax that filter"
