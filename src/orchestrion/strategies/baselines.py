@@ -77,7 +77,10 @@ def _model(ctx: RunContext) -> str:
 
 
 def _config(ctx: RunContext, *, temperature: float | None = None, seed: int | None = None) -> GenerateConfig:
+    """Sampling settings from the options; the ``seed`` option makes a run repeatable."""
     temp = float(ctx.option("temperature", 0.7)) if temperature is None else temperature
+    if seed is None and ctx.option("seed", None) is not None:
+        seed = int(ctx.option("seed", 0))
     return GenerateConfig(max_tokens=int(ctx.option("max_tokens", 256)), temperature=temp, seed=seed)
 
 
@@ -87,12 +90,7 @@ class Direct(Strategy):
     summary = "one call to the orchestrator model, no tools"
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
-        max_tokens = int(ctx.option("max_tokens", 256))
-        out = await ctx.generate(
-            [msg("user", render("direct", task=task.prompt))],
-            config=GenerateConfig(max_tokens=max_tokens, temperature=float(ctx.option("temperature", 0.7))),
-            name="answer",
-        )
+        out = await ctx.generate([msg("user", render("direct", task=task.prompt))], config=_config(ctx), name="answer")
         return Answer(out.text.strip(), meta={"model": out.model})
 
 
