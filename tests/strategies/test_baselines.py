@@ -237,3 +237,17 @@ async def test_react_without_any_answer_is_marked(store: TraceStore) -> None:
     model = ScriptedModel(lambda m, c: act(action="stop", status="no") if c.json_schema else "  ", name="m")
     res = await solve("q", strategy="react", pool=Pool.from_models([model]), tools=ToolRegistry([]), store=store)
     assert res.status == "no_answer" and res.answer == ""
+
+
+@pytest.mark.parametrize("strategy", ["direct", "cot"])
+async def test_seed_option_reaches_the_model(strategy: str, store: TraceStore) -> None:
+    seen: list[int | None] = []
+
+    def reply(messages: Sequence[Message], config: GenerateConfig) -> str:
+        seen.append(config.seed)
+        return "The final answer is 4."
+
+    pool = Pool.from_models([ScriptedModel(reply, name="m")])
+    await solve("2+2?", strategy=strategy, pool=pool, store=store, options={"seed": 11})
+    await solve("2+2?", strategy=strategy, pool=pool, store=store)
+    assert seen == [11, None]
