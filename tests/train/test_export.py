@@ -162,7 +162,7 @@ async def test_cli_export_prints_counts_and_writes(store: TraceStore, tmp_path: 
     runner = CliRunner()
     out = tmp_path / "out"
     res = runner.invoke(app, ["train", "export", "--run", RUN, "--format", "trl", "--out", str(out),
-                              "--db", str(store.path), "--one-per-task"])
+                              "--db", str(store.path), "--one-per-task", "--max-tool-share", "0.5"])
     assert res.exit_code == 0, res.output
     lines = res.output.splitlines()
     assert lines[0] == f"records read: 11 decision attempts from 5 episodes of run {RUN}"

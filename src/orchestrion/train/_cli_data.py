@@ -29,7 +29,7 @@ def export(
     all_records: Annotated[bool, typer.Option("--all", help="no filters: every attempt of every episode, invalid ones included")] = False,
     one_per_task: Annotated[bool, typer.Option("--one-per-task", help="at most one episode per task (the best scored)")] = False,
     max_tool_share: Annotated[float, typer.Option("--max-tool-share", min=0.0, max=1.0,
-                                                  help="no tool in more than this share of rows; 1 = no cap")] = 0.5,
+                                                  help="no tool in more than this share of rows (ParaManager-style cap, e.g. 0.5); 1 = no cap")] = 1.0,
     include_failed: Annotated[bool, typer.Option("--include-failed", help="keep episodes that were not successful")] = False,
     rewards: Annotated[Path | None, typer.Option("--rewards", help="rewards.yaml for meta.reward (default weights otherwise)")] = None,
     gguf: Annotated[Path | None, typer.Option("--gguf", help="tokenizer of this GGUF (default: the embedded orchestrator)")] = None,
