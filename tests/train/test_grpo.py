@@ -1,0 +1,173 @@
+"""GRPO: the update on a fixed batch, the loop on a scripted pool, the CLI, and one real run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from pydantic import BaseModel
+from typer.testing import CliRunner
+
+from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, TraceStore
+from orchestrion.models._types import msg
+from orchestrion.runtime.context import RunContext
+from orchestrion.strategies import base as strategy_base
+from orchestrion.strategies.base import Answer, Strategy, Task
+from orchestrion.train._policy import Policy
+from orchestrion.train._types import TrainSample
+from orchestrion.train.grpo import grpo_update, set_old_logprobs, train_grpo
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Pick(BaseModel):
+    answer: str
+
+
+class OneDecision(Strategy):
+    """A strategy with one short orchestrator decision, so the policy trains on short prompts."""
+
+    name = "test-one-decision"
+    summary = "one decision; its answer is the answer"
+
+    async def solve(self, task: Task, ctx: RunContext) -> Answer:
+        decision = await ctx.decide(Pick, [msg("user", task.prompt)], max_repairs=0)
+        return Answer(decision.action.answer if decision.action else "")
+
+
+def by_seed(messages: Sequence[Message], config: GenerateConfig) -> str:
+    """Right ('4') for even decision seeds, wrong ('5') for odd: rewards in a group differ."""
+    return json.dumps({"answer": "4" if (config.seed or 0) % 2 == 0 else "5"})
+
+
+class Tasks:
+    """A dataset-like object: tasks plus a scorer (1 when the answer equals the reference)."""
+
+    name = "two-plus-two"
+
+    def __init__(self, n: int) -> None:
+        self.tasks = [Task(id=f"t{i}", prompt=f"What is 2+2? ({i})", answer="4") for i in range(n)]
+
+    async def scorer(self, task: Task, output: str) -> Any:
+        class S:
+            value = 1.0 if output.strip() == task.answer else 0.0
+
+        return S()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread() -> Iterator[None]:
+    """One torch thread: on a machine busy with other work, two threads wait on each other (4x slower)."""
+    before = torch.get_num_threads()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("ORCHESTRION_THREADS", "1")
+        yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def policy() -> Policy:
+    return Policy.load(seed=0)
+
+
+def fixed_samples(policy: Policy) -> list[TrainSample]:
+    prompts = [policy.prompt_ids([{"role": "user", "content": q}]) for q in ("What is 2+2?", "Name a colour.")]
+    outputs = ['{"answer": "4"}', '{"answer": "purple"}']
+    return [TrainSample(prompt_ids=p, completion_ids=policy.text_ids(o), advantage=a)
+            for p, o, a in zip(prompts, outputs, (1.0, -1.0))]
+
+
+def test_two_updates_on_a_fixed_batch_lower_the_loss(policy: Policy) -> None:
+    samples = fixed_samples(policy)
+    set_old_logprobs(policy, samples)
+    assert all(s.old_logprobs is not None and len(s.old_logprobs) == len(s.completion_ids) for s in samples)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=2e-3)
+    first = grpo_update(policy, optimizer, samples, micro_batch=1)
+    # ratio 1 on the first update: the loss is minus the token-weighted mean advantage
+    n0, n1 = (len(s.completion_ids) for s in samples)
+    assert first["ratio"] == pytest.approx(1.0, abs=1e-5)
+    assert first["loss"] == pytest.approx(-(n0 - n1) / (n0 + n1), abs=1e-4)
+    second = grpo_update(policy, optimizer, samples, micro_batch=2)
+    assert second["loss"] < first["loss"] - 1e-4
+    # the update moved probability towards the positive sample and away from the negative one
+    with torch.no_grad():
+        now = policy.logprobs(policy.batch([s.prompt_ids for s in samples], [s.completion_ids for s in samples]))
+    assert now[0, :n0].sum() > sum(samples[0].old_logprobs or [])
+    assert now[1, :n1].sum() < sum(samples[1].old_logprobs or [])
+
+
+def test_loop_on_a_scripted_pool(tmp_path: Path, store: TraceStore) -> None:
+    pool = Pool.from_models([ScriptedModel(by_seed, name="orch")])
+    lines: list[str] = []
+    result = train_grpo(Tasks(2), out=tmp_path / "out", limit=2, group=2, steps=2, strategy=OneDecision(), pool=pool,
+                        store=store, lr=1e-3, progress=lines.append)
+    assert [s.groups_kept for s in result.steps] == [2, 2]
+    assert all(s.loss is not None and s.samples == 4 and s.mean_reward == 0.5 for s in result.steps)
+    assert all(s.valid_rate == 1.0 and s.rollout_policy == "pool" for s in result.steps)
+    assert any("as is" in n for n in result.notes)  # the scripted orchestrator cannot run the adapter
+    # every rollout is an episode of the training run, and the run is marked finished
+    assert store.query("SELECT status, kind FROM runs WHERE id = ?", (result.run_id,)) == [{"status": "finished", "kind": "grpo"}]
+    assert store.query("SELECT COUNT(*) AS n FROM episodes WHERE run_id = ?", (result.run_id,))[0]["n"] == 8
+    out = tmp_path / "out"
+    assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
+    assert result.gguf_path == out / "adapter.gguf" and result.gguf_path.is_file()
+    log = json.loads((out / "train_log.json").read_text())
+    assert [s["step"] for s in log["steps"]] == [1, 2] and log["run_id"] == result.run_id
+    assert any(line.startswith("step 2: loss=") for line in lines)
+
+
+def test_a_step_with_equal_rewards_is_skipped(tmp_path: Path, store: TraceStore) -> None:
+    always_right = ScriptedModel([json.dumps({"answer": "4"})], name="orch")
+    result = train_grpo(Tasks(1), out=tmp_path / "out", group=2, steps=1, strategy=OneDecision(),
+                        pool=Pool.from_models([always_right]), store=store)
+    (entry,) = result.steps
+    assert entry.groups == 1 and entry.groups_kept == 0 and entry.loss is None
+    assert "equal rewards" in entry.note
+    assert (tmp_path / "out" / "adapter_config.json").is_file()
+
+
+def test_cli_grpo_on_a_jsonl_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrion import cli
+    from orchestrion.train import grpo
+
+    data = tmp_path / "tasks.jsonl"
+    data.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"What is 2+2? ({i})", "answer": "4"}) + "\n" for i in range(2)))
+    monkeypatch.setitem(strategy_base._REGISTRY, OneDecision.name, OneDecision)
+    monkeypatch.setattr(grpo, "load_pool", lambda _p: Pool.from_models([ScriptedModel(by_seed, name="orch")]))
+    out = tmp_path / "adapter"
+    res = CliRunner().invoke(cli.app, ["train", "grpo", "--dataset", f"jsonl:{data}", "--limit", "1", "--group", "2",
+                                       "--steps", "1", "--strategy", OneDecision.name, "--out", str(out),
+                                       "--db", str(tmp_path / "t.db")])
+    assert res.exit_code == 0, res.output
+    assert f"adapter: {out}" in res.output and "step 1: loss=" in res.output
+    assert (out / "adapter.gguf").is_file() and (out / "train_log.json").is_file()
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    from orchestrion import cli
+
+    res = CliRunner().invoke(cli.app, ["train", "grpo", "--dataset", "jsonl:/nope.jsonl", "--db", str(tmp_path / "t.db")])
+    assert res.exit_code == 2 and "error:" in res.output and "Traceback" not in res.output
+
+
+@pytest.mark.integration
+def test_grpo_on_the_embedded_model(tmp_path: Path) -> None:
+    from orchestrion import cli
+
+    data = tmp_path / "tasks.jsonl"
+    data.write_text(json.dumps({"id": "a", "prompt": "What is 3 + 4?", "answer": "7"}) + "\n")
+    out = tmp_path / "adapter"
+    res = CliRunner().invoke(cli.app, ["train", "grpo", "--dataset", f"jsonl:{data}", "--limit", "1", "--group", "2",
+                                       "--steps", "1", "--set", "max_rounds=1", "--set", "max_calls=1",
+                                       "--out", str(out), "--db", str(tmp_path / "t.db")])
+    assert res.exit_code == 0, res.output
+    log = json.loads((out / "train_log.json").read_text())
+    (step,) = log["steps"]
+    assert step["episodes"] == 2 and step["rollout_policy"] == "base"
+    if step["groups_kept"]:  # the two episodes scored differently: an update happened on llama.cpp's token ids
+        assert step["loss"] is not None and step["samples"] > 0 and step["rollout_gap"] is not None
+    assert (out / "adapter.gguf").is_file()
