@@ -1,0 +1,362 @@
+"""OPOD (POrchestra): on-policy orchestration distillation from hindsight hints, plus RWR.
+
+From the decisions of a recorded run:
+
+1. **Attribution.** A judge model (a pool model; by default the pool's synthesizer) reads
+   each valid decision with what followed it in its episode (later decisions, tool and
+   worker results, the final answer, status and score) and answers
+   ``{"needs_repair": bool, "hint": str}`` (``prompts/opod_judge.md``). Unparseable output
+   counts as ``needs_repair: false``; every judgment is written to ``judgments.jsonl``.
+2. **Self-teacher.** The teacher is the frozen starting model (base, or base + ``adapter``)
+   given the decision's context with the hint added (``prompts/opod_hint.md``).
+3. **Training.** The student (a LoRA initialised from the same adapter) samples an action at
+   the stored context; the loss is the token-level reverse KL(student || teacher) over the
+   full vocabulary along the student's own tokens (decisions flagged for repair), plus
+   ``lam`` times reward-weighted regression on the stored outputs of decisions from
+   successful episodes. Each loss is averaged over the tokens of a decision, then over the
+   decisions that have that supervision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from pydantic import BaseModel
+
+from .._errors import ConfigError, ModelError
+from .._prompts import render
+from ..api import load_pool
+from ..models._types import GenerateConfig, Message, msg
+from ..models.pool import Pool
+from ..models.structured import parse_as
+from ..trace.store import TraceStore
+from ._losses import reverse_kl, rwr_loss
+from ._policy import Policy, cycle
+
+Log = Callable[[str], None]
+JUDGE_CONFIG = GenerateConfig(max_tokens=160, temperature=0.0)
+
+
+class Verdict(BaseModel):
+    needs_repair: bool
+    hint: str = ""
+
+
+@dataclass
+class Judgment:
+    decision_id: str
+    episode_id: str
+    needs_repair: bool
+    hint: str
+    raw: str
+    error: str | None = None
+
+
+@dataclass
+class OPDItem:
+    """A decision flagged for repair: the student's context, the hinted teacher context, the student's sample."""
+
+    decision_id: str
+    student_ids: list[int]
+    teacher_ids: list[int]
+    hint: str
+    sampled: list[int] | None = None
+
+
+@dataclass
+class RWRItem:
+    decision_id: str
+    prompt_ids: list[int]
+    output_ids: list[int]
+    reward: float
+
+
+@dataclass
+class OPODStep:
+    step: int
+    loss: float
+    opd: float | None
+    rwr: float | None
+    opd_decisions: int
+    rwr_decisions: int
+    sampled_tokens: float
+    wall_s: float
+
+
+@dataclass
+class OPODResult:
+    adapter_dir: Path
+    gguf_path: Path | None
+    judgments: list[Judgment]
+    opd_items: int
+    rwr_items: int
+    steps: list[OPODStep] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# -- attribution ---------------------------------------------------------------------------
+def _clip(text: str, limit: int) -> str:
+    text = text.strip()
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]} [...] {text[-half:]}"
+
+
+def _loads(value: Any) -> Any:
+    try:
+        return json.loads(value) if isinstance(value, str) else value
+    except json.JSONDecodeError:
+        return None
+
+
+def followup(store: TraceStore, episode_id: str, seq: int, *, limit: int = 1600) -> tuple[str, str]:
+    """``(trace, outcome)``: what happened after decision ``seq`` of the episode, in time order, and how it ended."""
+    decisions = store.query("SELECT seq, ts, output, valid FROM decisions WHERE episode_id = ? ORDER BY seq", (episode_id,))
+    mine = [d for d in decisions if d["seq"] == seq]
+    since = mine[0]["ts"] if mine else 0.0
+    events: list[tuple[float, str]] = []
+    for d in decisions:
+        if d["seq"] > seq:
+            label = "next decision" if d["valid"] else "next decision (invalid)"
+            events.append((d["ts"], f"- {label}: {_clip(d['output'] or '', 240)}"))
+    for s in store.query("SELECT kind, name, started, status, attrs FROM spans WHERE episode_id = ? "
+                         "AND kind IN ('tool', 'agent', 'subagent') AND started >= ? ORDER BY started", (episode_id, since)):
+        attrs = _loads(s["attrs"]) or {}
+        result = attrs.get("output") or attrs.get("error") or ""
+        events.append((s["started"], f"- {s['kind']} {attrs.get('tool') or s['name']} [{s['status']}]: {_clip(str(result), 200)}"))
+    events.sort(key=lambda e: e[0])
+    trace = _clip("\n".join(e for _, e in events), limit) if events else "(nothing: this was the last step)"
+    ep = store.episode(episode_id) or {}
+    meta = _loads(ep.get("meta")) or {}
+    graded = ""
+    if meta.get("correct") is not None or meta.get("score") is not None:
+        graded = f"; graded correct={meta.get('correct')} score={meta.get('score')}"
+    outcome = f"status {ep.get('status')}{graded}; final answer: {_clip(str(ep.get('answer') or ''), 300)!r}"
+    return trace, outcome
+
+
+def judge_messages(rec: Any, trace: str, outcome: str, *, context_chars: int = 1400) -> list[Message]:
+    """The judge's prompt for one decision record (a :class:`DecisionRecord`)."""
+    shown = [m for m in rec.messages if m.get("role") != "system"] or list(rec.messages)
+    context = _clip("\n\n".join(f"[{m['role']}] {m['content']}" for m in shown), context_chars)
+    body = render("opod_judge_input", context=context, decision=_clip(rec.output, 700), trace=trace, outcome=outcome)
+    return [msg("system", render("opod_judge")), msg("user", body)]
+
+
+async def judge_records(records: Sequence[Any], *, pool: Pool, store: TraceStore, judge: str | None = None,
+                        log: Log | None = None) -> list[Judgment]:
+    """One judgment per record; bad or failed judge output counts as ``needs_repair: false``."""
+    model = judge or pool.synthesizer
+    pool.spec(model)  # fail early, naming the pool's models
+    schema = Verdict.model_json_schema()
+    done = 0
+
+    async def one(rec: Any) -> Judgment:
+        nonlocal done
+        trace, outcome = followup(store, rec.episode_id, rec.seq)
+        raw, error, verdict = "", None, Verdict(needs_repair=False)
+        try:
+            completion = await pool.complete(model, judge_messages(rec, trace, outcome),
+                                             replace(JUDGE_CONFIG, json_schema=schema))
+            raw = completion.text
+            verdict = parse_as(Verdict, raw)
+        except ValueError as exc:
+            error = f"unparseable judge output: {exc}"
+        except ModelError as exc:
+            error = f"judge call failed: {exc}"
+        hint = verdict.hint.strip()
+        done += 1
+        if log is not None:
+            log(f"judged {done}/{len(records)}: {'repair' if verdict.needs_repair and hint else 'ok'}")
+        return Judgment(rec.decision_id, rec.episode_id, verdict.needs_repair and bool(hint), hint, raw, error)
+
+    return list(await asyncio.gather(*(one(r) for r in records)))
+
+
+# -- training items ------------------------------------------------------------------------
+def hinted(messages: Sequence[Message], hint: str) -> list[Message]:
+    """The decision context with the hint added to its last user turn (the self-teacher's context)."""
+    note = render("opod_hint", hint=hint)
+    out = [dict(m) for m in messages]
+    if out and out[-1]["role"] == "user":
+        out[-1]["content"] = f"{out[-1]['content']}\n\n{note}"
+        return out  # type: ignore[return-value]
+    return [*out, msg("user", note)]  # type: ignore[list-item]
+
+
+def build_items(policy: Policy, records: Sequence[Any], judgments: Sequence[Judgment], *,
+                max_length: int = 2048) -> tuple[list[OPDItem], list[RWRItem]]:
+    """OPD items for decisions judged in need of repair; RWR items for valid decisions of successful episodes."""
+    from .records import RecordFilter, filter_records
+
+    by_id = {r.decision_id: r for r in records}
+    opd = []
+    for j in judgments:
+        rec = by_id.get(j.decision_id)
+        if rec is None or not j.needs_repair:
+            continue
+        student = list(rec.prompt_token_ids or policy.prompt_ids(rec.messages))
+        teacher = policy.prompt_ids(hinted(rec.messages, j.hint))
+        if max(len(student), len(teacher)) < max_length:
+            opd.append(OPDItem(rec.decision_id, student, teacher, j.hint))
+    rwr = []
+    flt = RecordFilter(successful_only=True, keep_recoverable=True, max_tool_share=None, dedupe=True, valid_only=True)
+    for rec in filter_records(records, flt):
+        prompt = list(rec.prompt_token_ids or policy.prompt_ids(rec.messages))
+        output = list(rec.token_ids or policy.text_ids(rec.output))
+        if not output or output[-1] != policy.eos_id:
+            output.append(policy.eos_id)  # a finished decision ends its turn
+        if len(prompt) + len(output) <= max_length:
+            rwr.append(RWRItem(rec.decision_id, prompt, output, rec.score if rec.score is not None else 1.0))
+    return opd, rwr
+
+
+# -- the loss and one step -------------------------------------------------------------------
+def opod_loss(policy: Policy, opd: Sequence[OPDItem], rwr: Sequence[RWRItem], *, lam: float = 1.0,
+              micro_batch: int = 2, backward: bool = True) -> dict[str, float]:
+    """Reverse KL to the hinted teacher on the student's samples (``opd``, already sampled) plus
+    ``lam`` x RWR on stored outputs; gradients accumulate when ``backward``. Returns the losses."""
+    stats: dict[str, float] = {"loss": 0.0}
+    if opd:
+        total = 0.0
+        for i in range(0, len(opd), micro_batch):
+            chunk = opd[i:i + micro_batch]
+            sampled = [c.sampled or [policy.eos_id] for c in chunk]
+            sb = policy.batch([c.student_ids for c in chunk], sampled)
+            tb = policy.batch([c.teacher_ids for c in chunk], sampled)
+            part = reverse_kl(policy.logits(sb), policy.frozen_logits(tb), sb.mask) * (len(chunk) / len(opd))
+            if backward:
+                part.backward()  # type: ignore[no-untyped-call]
+            total += float(part.detach())
+        stats["opd"] = total
+        stats["loss"] += total
+    if rwr and lam:
+        total = 0.0
+        for i in range(0, len(rwr), micro_batch):
+            chunk2 = rwr[i:i + micro_batch]
+            batch = policy.batch([c.prompt_ids for c in chunk2], [c.output_ids for c in chunk2])
+            rewards = torch.tensor([c.reward for c in chunk2], dtype=torch.float32)
+            part = rwr_loss(policy.logprobs(batch), rewards, batch.mask) * (len(chunk2) / len(rwr))
+            if backward:
+                (lam * part).backward()  # type: ignore[no-untyped-call]
+            total += float(part.detach())
+        stats["rwr"] = total
+        stats["loss"] += lam * total
+    return stats
+
+
+def sample_actions(policy: Policy, items: Sequence[OPDItem], *, max_new_tokens: int, temperature: float) -> None:
+    """Let the current student sample an action at each item's stored context."""
+    for item in items:
+        item.sampled = policy.sample(item.student_ids, max_new_tokens=max_new_tokens, temperature=temperature)
+
+
+# -- the command ---------------------------------------------------------------------------
+async def atrain_opod(
+    run_id: str,
+    *,
+    steps: int = 2,
+    out: str | Path = "opod-adapter",
+    adapter: str | Path | None = None,
+    lam: float = 1.0,
+    judge: str | None = None,
+    pool: Pool | str | Path | None = None,
+    store: TraceStore | str | Path | None = None,
+    lr: float = 1e-4,
+    batch_size: int = 4,
+    micro_batch: int = 2,
+    max_new_tokens: int = 128,
+    temperature: float = 1.0,
+    max_decisions: int | None = None,
+    max_length: int = 2048,
+    lora_r: int = 8,
+    lora_alpha: int = 16,
+    seed: int = 0,
+    gguf_path: str | Path | None = None,
+    progress: Log | None = None,
+) -> OPODResult:
+    """Train the orchestrator with OPOD on run ``run_id``; see the module docstring."""
+    from .records import load_records
+
+    if steps < 1 or batch_size < 1 or micro_batch < 1:
+        raise ConfigError("--steps, --batch-size and --micro-batch must be at least 1")
+    log: Log = progress or (lambda _text: None)
+    the_store = store if isinstance(store, TraceStore) else TraceStore(store)
+    if not the_store.query("SELECT 1 FROM episodes WHERE run_id = ? LIMIT 1", (run_id,)):
+        raise ConfigError(f"run '{run_id}' has no episodes in {the_store.path}; pass a run id from `orchestrion eval` or --db")
+    records = load_records(the_store, run_id=run_id)
+    if not records:
+        raise ConfigError(f"run '{run_id}' has no recorded orchestrator decisions; use a strategy that makes them (para, proactive, ...)")
+    the_pool = load_pool(pool)
+    to_judge = [r for r in records if r.valid][:max_decisions]
+    log(f"run {run_id}: {len(records)} decision attempts; judging {len(to_judge)} with '{judge or the_pool.synthesizer}'")
+    try:
+        judgments = await judge_records(to_judge, pool=the_pool, store=the_store, judge=judge, log=log)
+    finally:
+        await the_pool.aclose()
+    out_dir = Path(out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with (out_dir / "judgments.jsonl").open("w", encoding="utf-8") as fh:
+        for j in judgments:
+            fh.write(json.dumps(asdict(j)) + "\n")
+    log(f"loading the policy ({'adapter ' + str(adapter) if adapter else 'base model, fresh LoRA'}) ...")
+    policy = Policy.load(Path(adapter) if adapter else None, lora_r=lora_r, lora_alpha=lora_alpha,
+                         gguf_path=Path(gguf_path) if gguf_path else None, seed=seed)
+    opd, rwr = build_items(policy, records, judgments, max_length=max_length)
+    notes: list[str] = []
+    if not lam:
+        rwr = []
+    if not opd and not rwr:
+        raise ConfigError(f"nothing to train on in run '{run_id}': the judge flagged no decision for repair and "
+                          "no episode succeeded (score the run with `orchestrion eval`, or try another --judge)")
+    if not opd:
+        notes.append("the judge flagged no decision for repair: this is RWR only")
+    if not rwr:
+        notes.append("no successful episode (or --lambda 0): this is OPD only")
+    for n in notes:
+        log(n)
+    log(f"{len(opd)} decisions to distil (hinted teacher), {len(rwr)} to reinforce (RWR)")
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr)
+    history: list[OPODStep] = []
+    settings = {"run": run_id, "steps": steps, "adapter": str(adapter) if adapter else None, "lambda": lam,
+                "judge": judge or the_pool.synthesizer, "pool": the_pool.source, "lr": lr, "batch_size": batch_size,
+                "micro_batch": micro_batch, "max_new_tokens": max_new_tokens, "temperature": temperature,
+                "max_decisions": max_decisions, "lora_r": lora_r, "lora_alpha": lora_alpha, "seed": seed}
+    for step in range(steps):
+        start = time.perf_counter()
+        batch_opd = cycle(opd, step * batch_size, min(batch_size, len(opd)))
+        batch_rwr = cycle(rwr, step * batch_size, min(batch_size, len(rwr)))
+        sample_actions(policy, batch_opd, max_new_tokens=max_new_tokens, temperature=temperature)
+        optimizer.zero_grad(set_to_none=True)
+        stats = opod_loss(policy, batch_opd, batch_rwr, lam=lam, micro_batch=micro_batch)
+        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+        optimizer.step()
+        lengths = [len(i.sampled or []) for i in batch_opd]
+        entry = OPODStep(step + 1, stats["loss"], stats.get("opd"), stats.get("rwr"), len(batch_opd), len(batch_rwr),
+                         sum(lengths) / len(lengths) if lengths else 0.0, time.perf_counter() - start)
+        history.append(entry)
+        opd_text = "-" if entry.opd is None else f"{entry.opd:.4f}"
+        rwr_text = "-" if entry.rwr is None else f"{entry.rwr:.4f}"
+        log(f"step {entry.step}: loss={entry.loss:.4f} reverse_kl={opd_text} rwr={rwr_text} "
+            f"decisions={entry.opd_decisions}+{entry.rwr_decisions} {entry.wall_s:.1f}s")
+    adapter_dir, gguf, why = policy.save(out_dir)
+    if why:
+        notes.append(why)
+    body = {"trainer": "opod", "config": settings, "steps": [asdict(e) for e in history], "notes": notes,
+            "judged": len(judgments), "flagged": sum(1 for j in judgments if j.needs_repair),
+            "judge_errors": sum(1 for j in judgments if j.error), "opd_items": len(opd), "rwr_items": len(rwr)}
+    (out_dir / "train_log.json").write_text(json.dumps(body, indent=2), encoding="utf-8")
+    return OPODResult(adapter_dir, gguf, judgments, len(opd), len(rwr), history, notes)
+
+
+def train_opod(run_id: str, **kwargs: Any) -> OPODResult:
+    """:func:`atrain_opod` with its own event loop."""
+    return asyncio.run(atrain_opod(run_id, **kwargs))
