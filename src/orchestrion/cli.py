@@ -39,15 +39,20 @@ def run(
     max_active: Annotated[int | None, typer.Option("--max-active", min=1, help="proactive: sub-agents running at once")] = None,
     corpus: Annotated[Path | None, typer.Option("--corpus", help="folder or JSONL for the retrieve tool")] = None,
     settings: Annotated[list[str], typer.Option("--set", help="strategy option KEY=VALUE (repeatable)")] = [],  # noqa: B006
+    orchestrator_adapter: Annotated[Path | None, typer.Option(
+        "--orchestrator-adapter", help="LoRA adapter for the orchestrator (dir from `train sft`, or adapter.gguf)")] = None,
 ) -> None:
     """Solve one task and print the answer, tokens, cost, wall time and trace id."""
     options = parse_settings(settings)
+    the_pool = load_pool(pool)
+    if orchestrator_adapter is not None:
+        the_pool = the_pool.with_orchestrator_adapter(orchestrator_adapter)
     if max_parallel is not None:
         options["max_parallel"] = max_parallel
     if max_active is not None:
         options["max_active"] = max_active
     result = asyncio.run(solve(
-        task, strategy=strategy, pool=load_pool(pool), tools=default_tools(corpus),
+        task, strategy=strategy, pool=the_pool, tools=default_tools(corpus),
         store=TraceStore(db), budget=Budget.parse_cli(budget), options=options,
     ))
     if as_json:

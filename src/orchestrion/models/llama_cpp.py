@@ -98,7 +98,10 @@ class LlamaCppModel:
             raise ModelNotFoundError(f"model '{self.name}': GGUF file {path} does not exist; fix `path:` in pool.yaml")
         kwargs: dict[str, Any] = {"n_ctx": self.n_ctx, "n_threads": self.n_threads, "verbose": False}
         if self.lora_path:
-            kwargs["lora_path"] = self.lora_path
+            # a .gguf adapter, or a directory `orchestrion train sft` wrote
+            from ..train.adapter import resolve_adapter
+
+            kwargs["lora_path"] = str(resolve_adapter(self.lora_path, base_gguf=path))
         try:
             llm = Llama(model_path=str(path), **kwargs)
         except (ValueError, RuntimeError) as exc:
@@ -216,4 +219,5 @@ def from_spec(spec: ModelSpec) -> LlamaCppModel:
         n_ctx=spec.n_ctx or spec.context_size,
         n_threads=spec.n_threads,
         price=spec.price,
+        lora_path=spec.lora_path,
     )

@@ -57,11 +57,25 @@ class ModelSpec(BaseModel):
     path: str | None = None
     n_threads: int | None = Field(default=None, ge=1)
     n_ctx: int | None = Field(default=None, gt=0)
+    lora_path: str | None = Field(
+        default=None,
+        description=(
+            "llama-cpp only: a LoRA adapter applied on load (adapter.gguf, or the directory "
+            "`orchestrion train sft` wrote). For an openai-api model served by vLLM, serve the "
+            "adapter under its own name (vllm serve BASE --enable-lora --lora-modules NAME=DIR) "
+            "and put that NAME in `model:` instead"
+        ),
+    )
 
     @model_validator(mode="after")
     def _check_backend_fields(self) -> "ModelSpec":
         if self.backend == "openai-api" and not self.base_url:
             raise ValueError("an openai-api model needs base_url (for example http://127.0.0.1:8000/v1)")
+        if self.lora_path and self.backend != "llama-cpp":
+            raise ValueError(
+                "lora_path works for llama-cpp models only; serve the adapter with vLLM's --lora-modules "
+                "and name it in `model:`"
+            )
         return self
 
 
@@ -111,6 +125,8 @@ class Pool:
         self.specs: dict[str, ModelSpec] = {m.name: m for m in config.models}
         self._models: dict[str, Model] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
+        # usable by role, but not offered to the orchestrator as a model to pick
+        self._hidden: frozenset[str] = frozenset()
 
     # -- construction -------------------------------------------------------------
     @classmethod
@@ -153,10 +169,42 @@ class Pool:
         pool._models = {m.name: m for m in models}
         return pool
 
+    def with_orchestrator_adapter(self, adapter: str | Path) -> Pool:
+        """A copy of this pool whose orchestrator runs with a LoRA adapter.
+
+        The adapted orchestrator is a separate llama.cpp instance named ``NAME+adapter``;
+        executor and synthesizer stay on the base model, and the adapted copy is not listed
+        among the models the orchestrator may pick, so its prompts match the ones it was
+        trained on. ``adapter`` is what :func:`orchestrion.train.adapter.resolve_adapter` takes.
+        """
+        base = self.orchestrator
+        spec = self.spec(base)
+        if spec.backend != "llama-cpp":
+            raise ConfigError(
+                f"orchestrator '{base}' is an {spec.backend} model; --orchestrator-adapter loads into llama-cpp "
+                "models only: serve the adapter with vLLM's --lora-modules and name it in pool.yaml"
+            )
+        from ..train.adapter import resolve_adapter
+
+        lora = resolve_adapter(adapter, base_gguf=spec.path)
+        name = f"{base}+adapter"
+        adapted = spec.model_copy(update={"name": name, "lora_path": str(lora)})
+        config = self.config.model_copy(update={
+            "models": [m for m in self.config.models if m.name != name] + [adapted],
+            "orchestrator": name,
+            "synthesizer": self.synthesizer,
+            "executor": self.executor,
+        })
+        pool = Pool(config, source=f"{self.source} + adapter {lora}")
+        pool._hidden = self._hidden | {name}
+        pool._models = {k: v for k, v in self._models.items() if k != name}
+        return pool
+
     # -- lookup -------------------------------------------------------------------
     @property
     def names(self) -> list[str]:
-        return list(self.specs)
+        """The models the orchestrator may choose from (every model but hidden role copies)."""
+        return [n for n in self.specs if n not in self._hidden]
 
     @property
     def orchestrator(self) -> str:
@@ -215,6 +263,7 @@ class Pool:
                 "description": s.description,
             }
             for s in self.specs.values()
+            if s.name not in self._hidden
         ]
 
     async def aclose(self) -> None:

@@ -1,9 +1,70 @@
-"""Command-line commands for this area; ``register`` adds them to a typer app."""
+"""`orchestrion train sft`: a LoRA adapter for the orchestrator from exported decisions."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+
+from .._cli_common import err, friendly, out
 
 
 def register(app: typer.Typer) -> None:
-    """Add this module's commands to ``app`` (not built yet)."""
+    """Add ``sft`` to the ``train`` app."""
+    app.command("sft")(sft)
+
+
+@friendly
+def sft(
+    data: Annotated[Path, typer.Option("--data", help="folder written by `orchestrion train export --format trl`")],
+    out_dir: Annotated[Path, typer.Option("--out", help="adapter folder to write (PEFT files, adapter.gguf, train_log.json)")],
+    steps: Annotated[int, typer.Option("--steps", min=1, help="optimizer steps")] = 20,
+    lr: Annotated[float, typer.Option("--lr", min=0.0, help="learning rate")] = 2e-4,
+    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="rows per device per step")] = 2,
+    lora_r: Annotated[int, typer.Option("--lora-r", min=1, help="LoRA rank")] = 8,
+    lora_alpha: Annotated[int, typer.Option("--lora-alpha", min=1, help="LoRA alpha (scale = alpha / rank)")] = 16,
+    max_length: Annotated[int, typer.Option("--max-length", min=8, help="rows with more tokens are left out")] = 1024,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+    gguf: Annotated[Path | None, typer.Option("--gguf", help="base orchestrator GGUF (default: the embedded SmolLM2)")] = None,
+) -> None:
+    """Fine-tune the orchestrator (LoRA, TRL SFTTrainer) on its own decisions; loss on its output tokens only.
+
+    Runs on whatever device TRL finds (CPU here); on GPUs use `accelerate launch -m orchestrion train sft ...`.
+    """
+    _quiet_libraries()
+    from .sft import load_rows, train_sft
+
+    rows, dropped = load_rows(data, max_length)  # fail fast, before torch is imported
+    note = f", {dropped} longer than --max-length left out" if dropped else ""
+    err.print(f"training on {len(rows)} decisions from {data}{note}", highlight=False)
+
+    def progress(step: int, total: int, loss: float) -> None:
+        err.print(f"step {step}/{total}  loss {loss:.4f}", highlight=False)
+
+    result = train_sft(data, out_dir, steps=steps, lr=lr, batch_size=batch_size, lora_r=lora_r,
+                       lora_alpha=lora_alpha, max_length=max_length, seed=seed, gguf_path=gguf, progress=progress)
+    if result.losses:
+        err.print(f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}", highlight=False)
+    out.print(f"adapter: {result.adapter_dir}", highlight=False)
+    if result.gguf_path is not None:
+        out.print(f"llama.cpp adapter: {result.gguf_path}  (use: orchestrion run TASK --orchestrator-adapter "
+                  f"{result.adapter_dir})", highlight=False)
+
+
+def _quiet_libraries() -> None:
+    """Our progress lines only: no library progress bars or deprecation chatter."""
+    import importlib
+    import os
+    import warnings
+
+    os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    warnings.filterwarnings("ignore", category=FutureWarning)
+    warnings.filterwarnings("ignore", message=".*pin_memory.*")
+    try:
+        hf_logging: Any = importlib.import_module("transformers.utils.logging")
+        hf_logging.disable_progress_bar()
+        hf_logging.set_verbosity_error()
+    except ImportError:
+        pass  # train_sft reports the missing extra
