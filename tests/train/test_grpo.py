@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
@@ -13,6 +12,7 @@ from pydantic import BaseModel
 from typer.testing import CliRunner
 
 from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, TraceStore
+from orchestrion.eval.scorers import Score
 from orchestrion.models._types import msg
 from orchestrion.runtime.context import RunContext
 from orchestrion.strategies import base as strategy_base
@@ -52,11 +52,9 @@ class Tasks:
     def __init__(self, n: int) -> None:
         self.tasks = [Task(id=f"t{i}", prompt=f"What is 2+2? ({i})", answer="4") for i in range(n)]
 
-    async def scorer(self, task: Task, output: str) -> Any:
-        class S:
-            value = 1.0 if output.strip() == task.answer else 0.0
-
-        return S()
+    async def scorer(self, task: Task, output: str) -> Score:
+        right = output.strip() == task.answer
+        return Score(value=float(right), correct=right, extracted=output.strip())
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -111,7 +109,13 @@ def test_loop_on_a_scripted_pool(tmp_path: Path, store: TraceStore) -> None:
     assert any("as is" in n for n in result.notes)  # the scripted orchestrator cannot run the adapter
     # every rollout is an episode of the training run, and the run is marked finished
     assert store.query("SELECT status, kind FROM runs WHERE id = ?", (result.run_id,)) == [{"status": "finished", "kind": "grpo"}]
-    assert store.query("SELECT COUNT(*) AS n FROM episodes WHERE run_id = ?", (result.run_id,))[0]["n"] == 8
+    episodes = store.query("SELECT answer, meta FROM episodes WHERE run_id = ?", (result.run_id,))
+    assert len(episodes) == 8
+    for ep in episodes:  # scored like an eval episode, with its GRPO credit
+        meta = json.loads(ep["meta"])
+        assert meta["correct"] == (ep["answer"] == "4") and meta["score"] == float(meta["correct"])
+        assert meta["grpo"]["reward"] == meta["score"] and meta["grpo"]["advantage"] == pytest.approx(
+            1.0 if meta["correct"] else -1.0, abs=1e-4)
     out = tmp_path / "out"
     assert (out / "adapter_config.json").is_file() and (out / "adapter_model.safetensors").is_file()
     assert result.gguf_path == out / "adapter.gguf" and result.gguf_path.is_file()
@@ -156,18 +160,29 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.integration
 def test_grpo_on_the_embedded_model(tmp_path: Path) -> None:
+    """Two steps on the real model: base rollouts, then rollouts with the trained adapter in llama.cpp."""
     from orchestrion import cli
 
     data = tmp_path / "tasks.jsonl"
     data.write_text(json.dumps({"id": "a", "prompt": "What is 3 + 4?", "answer": "7"}) + "\n")
+    # a short output-token budget in the reward, so that two episodes rarely tie
+    rewards = tmp_path / "rewards.yaml"
+    rewards.write_text("weights: {outcome: 1.0, efficiency_tokens: 1.0}\ntokens_target: 40\ntoken_measure: output\n")
     out = tmp_path / "adapter"
     res = CliRunner().invoke(cli.app, ["train", "grpo", "--dataset", f"jsonl:{data}", "--limit", "1", "--group", "2",
-                                       "--steps", "1", "--set", "max_rounds=1", "--set", "max_calls=1",
-                                       "--out", str(out), "--db", str(tmp_path / "t.db")])
+                                       "--steps", "2", "--set", "max_rounds=1", "--set", "max_calls=1",
+                                       "--rewards", str(rewards), "--out", str(out), "--db", str(tmp_path / "t.db")])
     assert res.exit_code == 0, res.output
     log = json.loads((out / "train_log.json").read_text())
-    (step,) = log["steps"]
-    assert step["episodes"] == 2 and step["rollout_policy"] == "base"
-    if step["groups_kept"]:  # the two episodes scored differently: an update happened on llama.cpp's token ids
-        assert step["loss"] is not None and step["samples"] > 0 and step["rollout_gap"] is not None
+    assert [s["rollout_policy"] for s in log["steps"]] == ["base", "adapter"]
+    assert all(s["episodes"] == 2 and s["valid_rate"] is not None for s in log["steps"])
+    for step in log["steps"]:
+        if step["groups_kept"]:  # the episodes' rewards differed: an update on llama.cpp's exact token ids
+            assert step["loss"] is not None and step["samples"] > 0 and step["rollout_gap"] is not None
+            assert step["rollout_gap"] < 0.5  # HF and llama.cpp agree on the log-probs of the same ids
     assert (out / "adapter.gguf").is_file()
+    # the second step's decisions were made by the adapted orchestrator
+    store = TraceStore(tmp_path / "t.db")
+    models = {r["model"] for r in store.query("SELECT d.model FROM decisions d JOIN episodes e ON e.id = d.episode_id "
+                                              "WHERE e.run_id = ?", (log["run_id"],))}
+    assert any(m.endswith("+adapter") for m in models) and any(not m.endswith("+adapter") for m in models)

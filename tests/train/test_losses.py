@@ -7,7 +7,14 @@ import math
 import pytest
 import torch
 
-from orchestrion.train._losses import completion_mask, grpo_loss, pad_batch, reverse_kl, rwr_loss, token_logprobs
+from orchestrion.train._losses import (
+    completion_mask,
+    grpo_loss,
+    pad_batch,
+    reverse_kl,
+    rwr_loss,
+    token_logprobs,
+)
 
 
 def t(x: object) -> torch.Tensor:

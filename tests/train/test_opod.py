@@ -12,12 +12,26 @@ import torch
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, ToolRegistry, TraceStore, solve
+from orchestrion import (
+    GenerateConfig,
+    Message,
+    Pool,
+    ScriptedModel,
+    ToolRegistry,
+    TraceStore,
+    solve,
+)
 from orchestrion.models._types import msg
 from orchestrion.runtime.context import RunContext
 from orchestrion.strategies.base import Answer, Strategy, Task
 from orchestrion.train._policy import Policy
-from orchestrion.train.opod import build_items, followup, hinted, judge_records, opod_loss
+from orchestrion.train.opod import (
+    build_items,
+    followup,
+    hinted,
+    judge_records,
+    opod_loss,
+)
 from orchestrion.train.records import load_records
 from tests.helpers import LookupTool
 

@@ -68,7 +68,7 @@ class Policy:
         lora_alpha: int = 16,
         gguf_path: Path | None = None,
         seed: int = 0,
-    ) -> "Policy":
+    ) -> Policy:
         """The base orchestrator with a trainable LoRA: a fresh one, or ``adapter`` (a PEFT dir) to continue."""
         from peft import LoraConfig, PeftModel, get_peft_model
 

@@ -158,6 +158,27 @@ def retokenized_samples(policy: Policy, store: TraceStore, episodes: Sequence[tu
     return samples
 
 
+def scoring_reward(scorer: Any, store: TraceStore, cfg: Any = None) -> Any:
+    """The rollouts' reward function: the scorer's score (or the ``cfg`` combination of reward
+    components around it, :func:`orchestrion.train.rollouts.scored_reward`), with the score
+    written into the episode's meta (``score``, ``correct``, ...) as ``orchestrion eval`` does,
+    so a training run can be exported or distilled (``train opod``) like an eval run."""
+    from .rollouts import scored_reward
+
+    async def reward(result: Any, task: Task) -> float:
+        score = await scorer(task, result.answer)
+        meta = score.to_meta() if hasattr(score, "to_meta") else {"score": float(score.value)}
+        store.submit("UPDATE episodes SET meta = json_patch(meta, ?) WHERE id = ?", (dumps(meta), result.trace_id))
+        await store.aflush()
+
+        async def known(_task: Task, _output: str) -> Any:
+            return score
+
+        return await scored_reward(known, store=store if cfg is not None else None, cfg=cfg)(result, task)
+
+    return reward
+
+
 def _valid_rate(store: TraceStore, episode_ids: Sequence[str]) -> float | None:
     if not episode_ids:
         return None
@@ -223,6 +244,10 @@ class _Trainer:
         rewards = [r for g in groups for r in g.rewards]
         samples: list[TrainSample] = []
         for g in groups:
+            for i, (e, r) in enumerate(zip(g.episodes, g.rewards)):
+                credit = {"step": step + 1, "reward": r, "advantage": None if g.advantages is None else g.advantages[i]}
+                self.store.submit("UPDATE episodes SET meta = json_patch(meta, ?) WHERE id = ?",
+                                  (dumps({"grpo": credit}), e.trace_id))
             if g.advantages is None:
                 continue
             found = group_samples(g, self.store)
@@ -291,8 +316,6 @@ async def atrain_grpo(
 ) -> GRPOResult:
     """Train the orchestrator with GRPO; see the module docstring. Writes the adapter, adapter.gguf
     and train_log.json to ``out``; the rollouts are episodes of a run (kind ``grpo``) in ``store``."""
-    from .rollouts import scored_reward
-
     if group < 2:
         raise ConfigError(f"--group {group}: GRPO compares episodes within a group; use 2 or more")
     if steps < 1 or updates < 1 or micro_batch < 1:
@@ -306,7 +329,7 @@ async def atrain_grpo(
         from .rewards import load_reward_config
 
         reward_cfg = load_reward_config(rewards)
-    reward_fn = scored_reward(data.scorer, store=the_store if reward_cfg is not None else None, cfg=reward_cfg)
+    reward_fn = scoring_reward(data.scorer, the_store, reward_cfg)
     out_dir = Path(out)
     log(f"loading the policy ({'adapter ' + str(adapter) if adapter else 'fresh LoRA'}) ...")
     policy = Policy.load(Path(adapter) if adapter else None, lora_r=lora_r, lora_alpha=lora_alpha,
