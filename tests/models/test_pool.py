@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrion import ConfigError, GenerateConfig, ModelNotFoundError, Pool, ScriptedModel
+from orchestrion import ConfigError, GenerateConfig, ModelNotFoundError, Pool, ScriptedModel, TraceStore, solve
 
 GOOD = """
 models:
@@ -82,3 +82,16 @@ async def test_per_model_concurrency_limit() -> None:
     pool.specs["m"].max_concurrency = 2
     await asyncio.gather(*(pool.complete("m", [{"role": "user", "content": "hi"}], GenerateConfig()) for _ in range(6)))
     assert m.max_active == 2
+
+
+async def test_with_orchestrator_is_hidden_from_the_listing(store: TraceStore) -> None:
+    worker = ScriptedModel(["The final answer is 4."], name="worker")
+    expert = ScriptedModel(['{"thought": "done", "calls": [], "final": true}'], name="expert")
+    base = Pool.from_models([worker])
+    pool = base.with_orchestrator(expert)
+    assert pool.orchestrator == "expert" and pool.executor == "worker" and pool.synthesizer == "worker"
+    assert pool.names == ["worker"] and [r["name"] for r in pool.describe()] == ["worker"]
+    result = await solve("2+2?", strategy="para", pool=pool, store=store)
+    assert result.status == "ok" and len(expert.calls) == 1
+    assert "expert" not in expert.calls[0][0]["content"]  # the prompt lists only the pool's own models
+    assert base.orchestrator == "worker"  # the original pool is unchanged

@@ -381,3 +381,14 @@ def test_the_quantized_embedded_model_loads_the_adapter(hf_logits: dict[str, np.
     assert np.linalg.norm(cpp_delta) > 10
     # Q4_1 weights and 8-bit activations add noise, but the change points the same way
     assert _corr(hf_logits["all"] - hf_logits["base"], cpp_delta) > 0.9
+
+
+def test_eval_pool_source_applies_the_adapter_and_checks_the_path(adapter_file: Path, tmp_path: Path) -> None:
+    from orchestrion.eval.executors import PoolSource
+
+    pool = PoolSource(None, adapter=str(adapter_file))()
+    assert pool.orchestrator == f"{EMBEDDED_NAME}+adapter"
+    assert pool.spec(pool.orchestrator).lora_path == str(adapter_file)
+    assert PoolSource(None)().orchestrator == EMBEDDED_NAME
+    with pytest.raises(ConfigError, match="orchestrator-adapter .*not found"):
+        PoolSource(None, adapter=str(tmp_path / "missing"))

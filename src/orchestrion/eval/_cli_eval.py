@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
@@ -59,6 +60,7 @@ def register(app: typer.Typer) -> None:
         epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="runs per task and strategy [default: 1]")] = None,
         concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="episodes in flight [default: 8]")] = None,
         pool: PoolOpt = None,
+        adapter: Annotated[Path | None, typer.Option("--orchestrator-adapter", help="LoRA adapter for the orchestrator (from `train sft|grpo|opod`)")] = None,
         seed: Annotated[int | None, typer.Option("--seed", help="dataset sampling seed; episodes get option seed = N + epoch")] = None,
         db: DbOpt = None,
         budget: Annotated[list[str], typer.Option("--budget", help="per-episode limit, e.g. tokens=4000 (repeatable)")] = [],  # noqa: B006
@@ -72,7 +74,7 @@ def register(app: typer.Typer) -> None:
         store = TraceStore(db)
         if resume is not None:
             fixed = {"--dataset": dataset, "--strategies": strategies, "--limit": limit, "--epochs": epochs,
-                     "--pool": pool, "--seed": seed, "--budget": budget, "--set": settings}
+                     "--pool": pool, "--orchestrator-adapter": adapter, "--seed": seed, "--budget": budget, "--set": settings}
             ignored = [name for name, value in fixed.items() if value not in (None, [])]
             if ignored:
                 err.print(f"[yellow]--resume uses the run's saved settings; ignoring {', '.join(ignored)}[/yellow]")
@@ -85,7 +87,8 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError("--strategies: give at least one strategy name, e.g. direct,cot")
             config = EvalConfig(
                 dataset=dataset, strategies=names, limit=limit, epochs=epochs or 1, seed=seed,
-                pool=None if pool is None else str(pool), budget=Budget.parse_cli(budget).model_dump(exclude_none=True),
+                pool=None if pool is None else str(pool),
+                orchestrator_adapter=None if adapter is None else str(adapter.resolve()), budget=Budget.parse_cli(budget).model_dump(exclude_none=True),
                 options=parse_settings(settings),
             )
         chosen = executor or config.executor

@@ -73,7 +73,11 @@ class PoolSource:
     parsed config, so it needs no access to the driver's files.
     """
 
-    def __init__(self, path: str | Path | None = None) -> None:
+    def __init__(self, path: str | Path | None = None, *, adapter: str | None = None) -> None:
+        # the orchestrator's LoRA adapter is a path: on a cluster it must be on shared storage
+        if adapter is not None and not Path(adapter).exists():
+            raise ConfigError(f"--orchestrator-adapter {adapter}: not found; give the folder `train sft` wrote")
+        self.adapter = adapter
         if path is None:
             self.config: PoolConfig | None = None
             self.source = "<embedded default>"
@@ -82,7 +86,8 @@ class PoolSource:
             self.config, self.source = pool.config, pool.source
 
     def __call__(self) -> Pool:
-        return Pool.default() if self.config is None else Pool(self.config, source=self.source)
+        pool = Pool.default() if self.config is None else Pool(self.config, source=self.source)
+        return pool if self.adapter is None else pool.with_orchestrator_adapter(self.adapter)
 
 
 @dataclass

@@ -38,6 +38,7 @@ class EvalConfig(BaseModel):
     seed: int | None = None
     concurrency: int = Field(default=8, ge=1)
     pool: str | None = None
+    orchestrator_adapter: str | None = None
     budget: dict[str, Any] = Field(default_factory=dict)
     options: dict[str, Any] = Field(default_factory=dict)
     executor: Literal["local", "ray"] = "local"
@@ -188,7 +189,7 @@ async def run_eval(
     budget = Budget.model_validate(config.budget)
     tasks, scorer, kind = load_tasks(config)
     ids = [t.id or "" for t in tasks]
-    pool_factory = pool or PoolSource(config.pool)
+    pool_factory = pool or PoolSource(config.pool, adapter=config.orchestrator_adapter)
     the_executor = executor or make_executor(config.executor, concurrency=config.concurrency,
                                              ray_address=config.ray_address)
     if resume is None:
