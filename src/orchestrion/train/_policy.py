@@ -10,7 +10,9 @@ no ids (scripted or remote models), with the same template llama.cpp uses.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +35,22 @@ def set_threads() -> None:
         from ..models.llama_cpp import default_threads
 
         torch.set_num_threads(default_threads())
+
+
+@contextmanager
+def _quiet() -> Iterator[None]:
+    """No weight-loading progress bar and no library deprecation notices in the trainers' output."""
+    from transformers.utils import logging as hf_logging
+
+    shown = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            yield
+    finally:
+        if shown:
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
 
 def check_adapter_dir(path: Path) -> Path:
@@ -78,13 +96,14 @@ class Policy:
         set_threads()
         if adapter is not None:
             check_adapter_dir(adapter)
-        base = load_model(gguf_path)
-        if adapter is not None:
-            model = PeftModel.from_pretrained(base, str(adapter), is_trainable=True)
-        else:
-            config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0,
-                                target_modules=list(LORA_TARGETS), task_type="CAUSAL_LM")
-            model = get_peft_model(base, config)
+        with _quiet():
+            base = load_model(gguf_path)
+            if adapter is not None:
+                model = PeftModel.from_pretrained(base, str(adapter), is_trainable=True)
+            else:
+                config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0,
+                                    target_modules=list(LORA_TARGETS), task_type="CAUSAL_LM")
+                model = get_peft_model(base, config)
         model.train()
         return cls(model, load_tokenizer(gguf_path), init_adapter=adapter, gguf_path=gguf_path)
 
@@ -132,8 +151,9 @@ class Policy:
 
             from .hf import load_model
 
-            frozen = PeftModel.from_pretrained(load_model(self.gguf_path), str(self.init_adapter))
-            frozen = frozen.merge_and_unload()
+            with _quiet():
+                frozen = PeftModel.from_pretrained(load_model(self.gguf_path), str(self.init_adapter))
+                frozen = frozen.merge_and_unload()
             frozen.eval()
             frozen.requires_grad_(False)
             self._frozen = frozen
