@@ -41,6 +41,10 @@ class PaddedBatch:
     def completion_len(self) -> int:
         return int(self.targets.shape[1])
 
+    def to(self, device: torch.device | str) -> PaddedBatch:
+        return PaddedBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.position_ids,
+                                                    self.targets, self.mask)))
+
 
 def pad_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *, pad_id: int = 0) -> PaddedBatch:
     """Build a :class:`PaddedBatch`; positions count real tokens only, so padding changes nothing."""

@@ -72,6 +72,7 @@ class Policy:
         self.init_adapter = init_adapter
         self.gguf_path = gguf_path
         self._frozen: Any = None
+        self.device: torch.device = next(model.parameters()).device
         eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
         self.eos_id: int = int(eos if isinstance(eos, int) and eos >= 0 else tokenizer.eos_token_id)
         pad = tokenizer.pad_token_id
@@ -86,8 +87,12 @@ class Policy:
         lora_alpha: int = 16,
         gguf_path: Path | None = None,
         seed: int = 0,
+        device: str | None = None,
     ) -> Policy:
-        """The base orchestrator with a trainable LoRA: a fresh one, or ``adapter`` (a PEFT dir) to continue."""
+        """The base orchestrator with a trainable LoRA: a fresh one, or ``adapter`` (a PEFT dir) to continue.
+
+        ``device``: where it trains; default the first CUDA device when there is one, else the CPU.
+        """
         from peft import LoraConfig, PeftModel, get_peft_model
 
         from .hf import load_model, load_tokenizer
@@ -104,6 +109,7 @@ class Policy:
                 config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0,
                                     target_modules=list(LORA_TARGETS), task_type="CAUSAL_LM")
                 model = get_peft_model(base, config)
+        model.to(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model.train()
         return cls(model, load_tokenizer(gguf_path), init_adapter=adapter, gguf_path=gguf_path)
 
@@ -124,7 +130,7 @@ class Policy:
 
     # -- scoring ----------------------------------------------------------------------
     def batch(self, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]]) -> PaddedBatch:
-        return pad_batch(prompts, completions, pad_id=self.pad_id)
+        return pad_batch(prompts, completions, pad_id=self.pad_id).to(self.device)
 
     def logits(self, batch: PaddedBatch) -> Tensor:
         """The trainable policy's logits on the completion positions (with gradients)."""
@@ -153,7 +159,7 @@ class Policy:
 
             with _quiet():
                 frozen = PeftModel.from_pretrained(load_model(self.gguf_path), str(self.init_adapter))
-                frozen = frozen.merge_and_unload()
+                frozen = frozen.merge_and_unload().to(self.device)
             frozen.eval()
             frozen.requires_grad_(False)
             self._frozen = frozen
@@ -164,7 +170,7 @@ class Policy:
     def sample(self, prompt_ids: Sequence[int], *, max_new_tokens: int, temperature: float = 1.0,
                top_p: float = 1.0) -> list[int]:
         """One completion sampled from the trainable policy (the end-of-turn token kept when produced)."""
-        ids = torch.tensor([list(prompt_ids)], dtype=torch.long)
+        ids = torch.tensor([list(prompt_ids)], dtype=torch.long, device=self.device)
         was_training = self.model.training
         self.model.eval()
         try:

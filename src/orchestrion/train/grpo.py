@@ -123,9 +123,9 @@ def grpo_update(
             raise ValueError("grpo_update needs old_logprobs on every sample (call set_old_logprobs first)")
         batch = policy.batch([s.prompt_ids for s in chunk], [s.completion_ids for s in chunk])
         width = batch.completion_len
-        weights = _padded([s.weights() for s in chunk], width)
-        old = _padded([s.old_logprobs or [] for s in chunk], width)
-        adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32)
+        weights = _padded([s.weights() for s in chunk], width).to(policy.device)
+        old = _padded([s.old_logprobs or [] for s in chunk], width).to(policy.device)
+        adv = torch.tensor([s.advantage for s in chunk], dtype=torch.float32, device=policy.device)
         logp = policy.logprobs(batch)
         ref = policy.frozen_logprobs(batch) if kl_beta > 0 else None
         loss, stats = grpo_loss(logp, old, adv, weights, clip_eps=clip_eps, ref_logp=ref, kl_beta=kl_beta)

@@ -243,7 +243,7 @@ def opod_loss(policy: Policy, opd: Sequence[OPDItem], rwr: Sequence[RWRItem], *,
         for i in range(0, len(rwr), micro_batch):
             chunk2 = rwr[i:i + micro_batch]
             batch = policy.batch([c.prompt_ids for c in chunk2], [c.output_ids for c in chunk2])
-            rewards = torch.tensor([c.reward for c in chunk2], dtype=torch.float32)
+            rewards = torch.tensor([c.reward for c in chunk2], dtype=torch.float32, device=policy.device)
             part = rwr_loss(policy.logprobs(batch), rewards, batch.mask) * (len(chunk2) / len(rwr))
             if backward:
                 (lam * part).backward()  # type: ignore[no-untyped-call]
