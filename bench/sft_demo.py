@@ -6,13 +6,19 @@ itself rarely does that (it writes prose, invents tools or asks a reasoner agent
 
 1. Expert trajectories come from a **rule-based expert planner**, not from a model: it knows
    the decomposition of these tasks (one python call, then final). It runs as the pool's
-   orchestrator behind the same prompts the embedded model sees (same model listing), and the
-   real embedded model synthesizes the answer; only scored-correct episodes are exported.
+   orchestrator behind the same prompts the embedded model sees (same model listing); only
+   scored-correct episodes are exported.
+   The answer is written by a rule-based **relay** (the last number in the team's results),
+   in every run alike: SmolLM2-135M as synthesizer garbles even a correct tool result, which
+   would hide what the orchestrator learned. Accuracy here therefore measures the
+   orchestrator's routing: did its calls produce the right number?
 2. ``orchestrion train export`` + ``orchestrion train sft`` train a LoRA adapter on them.
-3. The held-out split (different numbers) is evaluated with para, before and after, through
-   ``orchestrion eval`` (with ``--orchestrator-adapter`` after): valid-action rate, accuracy.
+3. The held-out split (different numbers) is evaluated with para, before and after (the
+   runner of ``orchestrion eval``, with the adapter applied as ``--orchestrator-adapter``
+   does): valid-action rate, accuracy, python calls per episode.
 4. ``orchestrion train grpo`` continues from the SFT adapter for a few seeds; each result is
-   evaluated the same way and the spread over seeds is printed.
+   evaluated the same way and the spread over seeds is printed. (Its rollouts use the embedded
+   model as synthesizer, so its reward is the end-to-end one.)
 
 Run: ``.venv/bin/python bench/sft_demo.py`` (about 30-60 minutes on 2 CPU cores; see --help
 for smaller settings). Every step prints the exact command it runs.
@@ -67,6 +73,20 @@ def expert(messages: Sequence[Message], config: GenerateConfig) -> str:
                        "calls": [{"tool": "python", "input": f"print({expr})"}], "final": False})
 
 
+def relay(messages: Sequence[Message], config: GenerateConfig) -> str:
+    """The rule-based synthesizer: the last number in the team's results."""
+    results = messages[-1]["content"].partition("Results:")[2]
+    numbers = re.findall(r"-?\d+(?:\.\d+)?", results)
+    return f"The final answer is {numbers[-1]}." if numbers else "I could not compute it."
+
+
+def demo_pool() -> Pool:
+    return Pool.default().with_hidden(ScriptedModel(relay, name="relay"))
+
+
+OPTIONS = {"max_rounds": 3, "synthesizer": "relay"}
+
+
 def sh(*args: str) -> str:
     cmd = [str(BIN), *args]
     print("$ orchestrion " + " ".join(args), flush=True)
@@ -76,22 +96,23 @@ def sh(*args: str) -> str:
     return res.stdout
 
 
-def evaluate(data: Path, db: Path, label: str, adapter: Path | None, limit: int) -> dict[str, float]:
-    args = ["eval", "--dataset", f"jsonl:{data}", "--limit", str(limit), "--strategies", "para", "--epochs", "1",
-            "--concurrency", "2", "--seed", "0", "--db", str(db), "--set", "max_rounds=3", "--json"]
-    if adapter is not None:
-        args += ["--orchestrator-adapter", str(adapter)]
-    summary = json.loads(sh(*args))["summaries"][0]
-    row = {"accuracy": summary["accuracy"], "valid_action_rate": 1.0 - summary["invalid_action_rate"],
-           "python_calls": summary["tools"].get("python", 0) / max(1, summary["episodes"])}
-    print(f"  {label}: " + "  ".join(f"{k}={v:.3f}" for k, v in row.items()), flush=True)
+async def evaluate(data: Path, db: Path, label: str, adapter: Path | None, limit: int) -> dict[str, float]:
+    pool = demo_pool() if adapter is None else demo_pool().with_orchestrator_adapter(adapter)
+    config = EvalConfig(dataset=f"jsonl:{data}", strategies=["para"], limit=limit, epochs=1, concurrency=2, seed=0,
+                        options=OPTIONS)
+    store = TraceStore(db)
+    run = await run_eval(config, store, pool=lambda: pool)
+    (s,) = summarize(store, run.run_id)
+    row = {"accuracy": s.accuracy, "stderr": s.stderr, "valid_action_rate": 1.0 - s.invalid_action_rate,
+           "python_calls": s.tools.get("python", 0) / max(1, s.episodes)}
+    print(f"  {label} (run {run.run_id}): " + "  ".join(f"{k}={v:.3f}" for k, v in row.items()), flush=True)
     return row
 
 
 async def expert_run(train: Path, db: Path, n: int) -> str:
-    pool = Pool.default().with_orchestrator(ScriptedModel(expert, name="expert"))
+    pool = demo_pool().with_orchestrator(ScriptedModel(expert, name="expert"))
     config = EvalConfig(dataset=f"jsonl:{train}", strategies=["para"], limit=n, epochs=1, concurrency=2,
-                        options={"max_rounds": 3})
+                        options=OPTIONS)
     store = TraceStore(db)
     result = await run_eval(config, store, pool=lambda: pool)
     (s,) = summarize(store, result.run_id)
@@ -122,15 +143,15 @@ def main() -> None:
     sft = out / "adapter-sft"
     sh("train", "sft", "--data", str(out / "sft-data"), "--steps", str(args.sft_steps), "--out", str(sft))
     print("3. held-out evaluation, before and after SFT", flush=True)
-    results["base"] = evaluate(test, db, "base", None, args.test)
-    results["sft"] = evaluate(test, db, "sft ", sft, args.test)
+    results["base"] = asyncio.run(evaluate(test, db, "base", None, args.test))
+    results["sft"] = asyncio.run(evaluate(test, db, "sft ", sft, args.test))
     print("4. GRPO on top of SFT, per seed", flush=True)
     grpo_rows = []
     for seed in [int(s) for s in args.grpo_seeds.split(",") if s]:
         adapter = out / f"adapter-grpo-{seed}"
         sh("train", "grpo", "--dataset", f"jsonl:{train}", "--limit", "4", "--group", "4", "--steps",
            str(args.grpo_steps), "--adapter", str(sft), "--seed", str(seed), "--out", str(adapter), "--db", str(db))
-        grpo_rows.append(evaluate(test, db, f"grpo seed {seed}", adapter, args.test))
+        grpo_rows.append(asyncio.run(evaluate(test, db, f"grpo seed {seed}", adapter, args.test)))
     results["grpo"] = grpo_rows
     if grpo_rows:
         for key in ("accuracy", "valid_action_rate"):

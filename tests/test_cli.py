@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -114,3 +115,27 @@ def test_pool_command_shows_default_and_unknown_prices(tmp_path: Path) -> None:
     pool.write_text("models:\n  - {name: vllm-qwen, base_url: 'http://127.0.0.1:8000/v1'}\n")
     res = cli("pool", "--pool", str(pool), env_db=tmp_path / "t.db")
     assert "vllm-qwen" in res.stdout and "unknown" in res.stdout
+
+
+def _commands(group: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    import typer.main
+
+    cmd = typer.main.get_command(group) if not hasattr(group, "commands") else group
+    found = [prefix]
+    for name, sub in getattr(cmd, "commands", {}).items():
+        found += _commands(sub, (*prefix, name)) if hasattr(sub, "commands") else [(*prefix, name)]
+    return found
+
+
+def test_every_command_has_working_help() -> None:
+    """Help texts are rich markup: a stray [/...] in one of them crashes --help."""
+    from typer.testing import CliRunner
+
+    from orchestrion.cli import app
+
+    commands = _commands(app)
+    assert ("train", "grpo") in commands and ("eval",) in commands and ("datasets", "fetch") in commands
+    for cmd in commands:
+        res = CliRunner().invoke(app, [*cmd, "--help"])
+        assert res.exit_code == 0, (cmd, res.output, res.exception)
+        assert "Usage" in res.output

@@ -200,23 +200,28 @@ class Pool:
         pool._models = {k: v for k, v in self._models.items() if k != name}
         return pool
 
-    def with_orchestrator(self, model: Model) -> "Pool":
-        """A copy of this pool whose orchestrator is ``model`` (a ready-made object).
-
-        Like an adapted orchestrator, it is hidden from :attr:`names` and :meth:`describe`,
-        so the prompts it sees list exactly the models of this pool (a rule-based expert
-        planner produces training data in the same contexts the real orchestrator gets).
-        """
-        spec = ModelSpec(name=model.name, backend="scripted", description="orchestrator (hidden)")
+    def with_hidden(self, model: Model) -> "Pool":
+        """A copy of this pool that also holds ``model``, hidden from :attr:`names` and
+        :meth:`describe`: strategies can be pointed at it by name (e.g. the ``synthesizer``
+        option), but the orchestrator's prompts list exactly the models of this pool."""
+        spec = ModelSpec(name=model.name, backend="scripted", description="hidden")
         config = self.config.model_copy(update={
             "models": [m for m in self.config.models if m.name != model.name] + [spec],
-            "orchestrator": model.name,
+            "orchestrator": self.orchestrator,
             "synthesizer": self.synthesizer,
             "executor": self.executor,
         })
-        pool = Pool(config, source=f"{self.source} + orchestrator {model.name}")
+        pool = Pool(config, source=f"{self.source} + {model.name}")
         pool._hidden = self._hidden | {model.name}
         pool._models = {**{k: v for k, v in self._models.items() if k != model.name}, model.name: model}
+        return pool
+
+    def with_orchestrator(self, model: Model) -> "Pool":
+        """A copy of this pool whose orchestrator is ``model`` (a ready-made object), hidden
+        like :meth:`with_hidden`: a rule-based expert planner then produces training data in
+        the same contexts the real orchestrator gets."""
+        pool = self.with_hidden(model)
+        pool.config = pool.config.model_copy(update={"orchestrator": model.name})
         return pool
 
     # -- lookup -------------------------------------------------------------------

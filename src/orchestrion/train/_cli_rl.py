@@ -29,7 +29,7 @@ def register(app: typer.Typer) -> None:
     @app.command("grpo")
     @friendly
     def grpo(
-        dataset: Annotated[str, typer.Option("--dataset", help="tasks: bigbench:TASK[/SUBTASK], humaneval, jsonl:PATH")],
+        dataset: Annotated[str, typer.Option("--dataset", help="tasks: bigbench:TASK or TASK/SUBTASK, humaneval, jsonl:PATH")],
         limit: Annotated[int | None, typer.Option("--limit", min=1, help="first N tasks")] = 4,
         group: Annotated[int, typer.Option("--group", min=2, help="episodes per task per step (G)")] = 4,
         steps: Annotated[int, typer.Option("--steps", min=1, help="rollout + update rounds")] = 2,
