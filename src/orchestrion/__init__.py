@@ -18,6 +18,11 @@ from ._errors import (
     TraceError,
 )
 from .api import EpisodeResult, load_pool, solve, solve_sync
+from .eval.datasets import Dataset, fetch_dataset, list_datasets, load_dataset
+from .eval.report import write_report
+from .eval.runner import EvalConfig, EvalRun, run_eval
+from .eval.scorers import Score, Scorer, pass_at_k
+from .eval.summary import StrategySummary, summarize
 from .models._cost import Price
 from .models._types import Completion, GenerateConfig, Message, Usage, msg
 from .models.pool import ModelSpec, Pool, PoolConfig
@@ -35,6 +40,8 @@ from .tools.envelope import ToolResult, ToolStatus
 from .tools.registry import Tool, ToolRegistry
 from .trace.store import TraceStore
 from .trace.tracer import Span, Tracer
+from .train.records import DecisionRecord, RecordFilter, filter_records, load_records
+from .train.rewards import RewardConfig
 
 __version__ = "0.1.0"
 
@@ -47,4 +54,22 @@ __all__ = [
     "SubAgentReport", "Task", "Tool", "ToolNotFoundError", "ToolRegistry", "ToolResult", "ToolStatus",
     "TraceError", "TraceStore", "Tracer", "Usage", "__version__", "default_tools", "get_strategy", "load_pool",
     "msg", "register", "run_dag", "solve", "solve_sync", "strategies",
+    "Dataset",
+    "fetch_dataset",
+    "list_datasets",
+    "load_dataset",
+    "write_report",
+    "EvalConfig",
+    "EvalRun",
+    "run_eval",
+    "Score",
+    "Scorer",
+    "pass_at_k",
+    "StrategySummary",
+    "summarize",
+    "DecisionRecord",
+    "RecordFilter",
+    "filter_records",
+    "load_records",
+    "RewardConfig",
 ]
