@@ -235,3 +235,22 @@ def test_eval_cli_on_the_embedded_model(tmp_path: Path) -> None:
     rows = store.query("SELECT * FROM episodes WHERE finished = 1")
     assert len(rows) == 2 and all("score" in json.loads(r["meta"]) for r in rows)
     assert {r["task_id"] for r in rows} == {"a", "b"}
+
+
+async def test_a_stop_switch_ends_the_run_as_interrupted_even_without_cancellation(tmp_path: Path) -> None:
+    """Ctrl-C sets the executor's stop switch; no episode starts after it, and the run is interrupted."""
+    from orchestrion.eval.executors import LocalExecutor
+
+    store = TraceStore(tmp_path / "t.db")
+    executor = LocalExecutor(concurrency=1)
+
+    class StopAfterOne(Observer):
+        def episode(self, outcome: Any, tally: Tally) -> None:
+            executor.stop.on = True
+
+    config = EvalConfig(dataset=f"jsonl:{write_jsonl(tmp_path / 'd.jsonl')}", strategies=["direct"], epochs=2)
+    with pytest.raises(KeyboardInterrupt):
+        await run_eval(config, store, pool=arithmetic_pool, executor=executor, observer=StopAfterOne())
+    (run,) = store.query("SELECT * FROM runs")
+    assert run["status"] == "interrupted"
+    assert len(store.query("SELECT * FROM episodes WHERE finished = 1")) == 1  # of 6 work items

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -17,7 +18,7 @@ from .._errors import ConfigError
 from ..runtime.budget import Budget
 from ..trace.store import TraceStore
 from .executors import Outcome, make_executor
-from .runner import EvalConfig, Observer, Tally, resume_command, resume_config, run_eval
+from .runner import EvalConfig, EvalRun, Observer, Tally, resume_command, resume_config, run_eval
 from .summary import summarize, summary_table
 
 
@@ -102,9 +103,24 @@ def register(app: typer.Typer) -> None:
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), console=err, transient=True)
         observer = _ProgressObserver(progress)
+        async def main() -> EvalRun:
+            # Ctrl-C: stop starting episodes and cancel those in flight; the run is marked interrupted
+            loop, task = asyncio.get_running_loop(), asyncio.current_task()
+
+            def on_sigint() -> None:
+                runner.stop.on = True
+                if task is not None:
+                    task.cancel()
+
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+            try:
+                return await run_eval(config, store, resume=resume, executor=runner, observer=observer)
+            finally:
+                loop.remove_signal_handler(signal.SIGINT)
+
         try:
-            run = asyncio.run(run_eval(config, store, resume=resume, executor=runner, observer=observer))
-        except KeyboardInterrupt:
+            run = asyncio.run(main())
+        except (KeyboardInterrupt, asyncio.CancelledError):
             progress.stop()
             run_id = observer.run_id
             err.print("interrupted; finished episodes are kept.")

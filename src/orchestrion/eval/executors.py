@@ -141,18 +141,30 @@ def _bool(value: Any) -> bool | None:
 
 class Executor(Protocol):
     name: str
+    stop: StopSwitch
 
     async def run(self, items: Iterable[WorkItem], job: EpisodeJob, store: TraceStore,
                   on_done: Callable[[Outcome], None]) -> None:
         """Run every item; call ``on_done`` once each episode is committed to ``store``."""
 
 
-async def _pump(items: Iterable[WorkItem], concurrency: int, one: Callable[[WorkItem], Any]) -> None:
+class StopSwitch:
+    """Set by a Ctrl-C handler: no new episode starts once it is on, even if the
+    cancellation that comes with it is lost on the way (it can be, in a TaskGroup)."""
+
+    def __init__(self) -> None:
+        self.on = False
+
+
+async def _pump(items: Iterable[WorkItem], concurrency: int, one: Callable[[WorkItem], Any],
+                stop: StopSwitch | None = None) -> None:
     """Run ``one(item)`` for every item with at most ``concurrency`` in flight."""
     source: Iterator[WorkItem] = iter(items)
 
     async def worker() -> None:
         for item in source:  # workers share one iterator: each item is taken once
+            if stop is not None and stop.on:
+                return
             await one(item)
 
     async with asyncio.TaskGroup() as group:
@@ -167,6 +179,7 @@ class LocalExecutor:
 
     def __init__(self, concurrency: int = 8) -> None:
         self.concurrency = concurrency
+        self.stop = StopSwitch()
 
     async def run(self, items: Iterable[WorkItem], job: EpisodeJob, store: TraceStore,
                   on_done: Callable[[Outcome], None]) -> None:
@@ -176,7 +189,7 @@ class LocalExecutor:
             on_done(await run_episode(item, job, pool, store, tools))
 
         try:
-            await _pump(items, self.concurrency, one)
+            await _pump(items, self.concurrency, one, self.stop)
         finally:
             await asyncio.shield(pool.aclose())
 
@@ -194,6 +207,7 @@ class RayExecutor:
         self.concurrency = concurrency
         self.address = address
         self.num_cpus = num_cpus
+        self.stop = StopSwitch()
 
     async def run(self, items: Iterable[WorkItem], job: EpisodeJob, store: TraceStore,
                   on_done: Callable[[Outcome], None]) -> None:
@@ -224,7 +238,7 @@ class RayExecutor:
             on_done(outcome)
 
         try:
-            await _pump(items, self.concurrency, one)
+            await _pump(items, self.concurrency, one, self.stop)
         finally:
             if started_here:
                 ray.shutdown()

@@ -217,6 +217,8 @@ async def run_eval(
 
     try:
         await the_executor.run(items, job, store, on_done)
+        if the_executor.stop.on:  # Ctrl-C whose cancellation did not reach us: still an interruption
+            raise KeyboardInterrupt
     except BaseException:
         _mark_interrupted(store, run_id)
         _set_status(store, run_id, "interrupted")
