@@ -8,7 +8,7 @@ itself rarely does that (it writes prose, invents tools or asks a reasoner agent
    the decomposition of these tasks (one python call, then final). It runs as the pool's
    orchestrator behind the same prompts the embedded model sees (same model listing); only
    scored-correct episodes are exported.
-   The answer is written by a rule-based **relay** (the last number in the team's results),
+   The answer is written by a rule-based **relay** (the number the first call returned),
    in every run alike: SmolLM2-135M as synthesizer garbles even a correct tool result, which
    would hide what the orchestrator learned. Accuracy here therefore measures the
    orchestrator's routing: did its calls produce the right number?
@@ -16,9 +16,9 @@ itself rarely does that (it writes prose, invents tools or asks a reasoner agent
 3. The held-out split (different numbers) is evaluated with para, before and after (the
    runner of ``orchestrion eval``, with the adapter applied as ``--orchestrator-adapter``
    does): valid-action rate, accuracy, python calls per episode.
-4. ``orchestrion train grpo`` continues from the SFT adapter for a few seeds; each result is
-   evaluated the same way and the spread over seeds is printed. (Its rollouts use the embedded
-   model as synthesizer, so its reward is the end-to-end one.)
+4. GRPO (``orchestrion.train.grpo.train_grpo``, what ``orchestrion train grpo`` runs) continues
+   from the SFT adapter for a few seeds, with the same pool and relay; each result is evaluated
+   the same way and the spread over seeds is printed.
 
 Run: ``.venv/bin/python bench/sft_demo.py`` (about 30-60 minutes on 2 CPU cores; see --help
 for smaller settings). Every step prints the exact command it runs.
@@ -42,6 +42,7 @@ from typing import Any
 from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, TraceStore
 from orchestrion.eval.runner import EvalConfig, run_eval
 from orchestrion.eval.summary import summarize
+from orchestrion.train.grpo import train_grpo
 
 BIN = Path(sys.executable).parent / "orchestrion"
 
@@ -74,10 +75,11 @@ def expert(messages: Sequence[Message], config: GenerateConfig) -> str:
 
 
 def relay(messages: Sequence[Message], config: GenerateConfig) -> str:
-    """The rule-based synthesizer: the last number in the team's results."""
-    results = messages[-1]["content"].partition("Results:")[2]
-    numbers = re.findall(r"-?\d+(?:\.\d+)?", results)
-    return f"The final answer is {numbers[-1]}." if numbers else "I could not compute it."
+    """The rule-based synthesizer: the first number in the first call's result."""
+    results = messages[-1]["content"].partition("Results:")[2].strip().splitlines()
+    first = results[0].partition(":")[2] if results else ""
+    numbers = re.findall(r"-?\d+(?:\.\d+)?", first)
+    return f"The final answer is {numbers[0]}." if numbers else "I could not compute it."
 
 
 def demo_pool() -> Pool:
@@ -128,6 +130,8 @@ def main() -> None:
     ap.add_argument("--sft-steps", type=int, default=60)
     ap.add_argument("--grpo-steps", type=int, default=2)
     ap.add_argument("--grpo-seeds", default="0,1")
+    ap.add_argument("--grpo-limit", type=int, default=2, help="training tasks per GRPO step")
+    ap.add_argument("--lr", type=float, default=1e-3)
     args = ap.parse_args()
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -141,7 +145,8 @@ def main() -> None:
     print("2. export + SFT", flush=True)
     sh("train", "export", "--run", run_id, "--format", "trl", "--out", str(out / "sft-data"), "--db", str(db))
     sft = out / "adapter-sft"
-    sh("train", "sft", "--data", str(out / "sft-data"), "--steps", str(args.sft_steps), "--out", str(sft))
+    sh("train", "sft", "--data", str(out / "sft-data"), "--steps", str(args.sft_steps), "--lr", str(args.lr),
+       "--out", str(sft))
     print("3. held-out evaluation, before and after SFT", flush=True)
     results["base"] = asyncio.run(evaluate(test, db, "base", None, args.test))
     results["sft"] = asyncio.run(evaluate(test, db, "sft ", sft, args.test))
@@ -149,8 +154,10 @@ def main() -> None:
     grpo_rows = []
     for seed in [int(s) for s in args.grpo_seeds.split(",") if s]:
         adapter = out / f"adapter-grpo-{seed}"
-        sh("train", "grpo", "--dataset", f"jsonl:{train}", "--limit", "4", "--group", "4", "--steps",
-           str(args.grpo_steps), "--adapter", str(sft), "--seed", str(seed), "--out", str(adapter), "--db", str(db))
+        print(f"$ train_grpo(jsonl:{train}, limit={args.grpo_limit}, group=4, steps={args.grpo_steps}, adapter={sft}, "
+              f"seed={seed}, pool=demo pool, options={OPTIONS})", flush=True)
+        train_grpo(f"jsonl:{train}", out=adapter, limit=args.grpo_limit, group=4, steps=args.grpo_steps, adapter=sft,
+                   seed=seed, pool=demo_pool(), options=OPTIONS, store=TraceStore(db), lr=args.lr)
         grpo_rows.append(asyncio.run(evaluate(test, db, f"grpo seed {seed}", adapter, args.test)))
     results["grpo"] = grpo_rows
     if grpo_rows:
