@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -57,19 +57,7 @@ class Tasks:
         return Score(value=float(right), correct=right, extracted=output.strip())
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """One torch thread: on a machine busy with other work, two threads wait on each other (4x slower)."""
-    before = torch.get_num_threads()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ORCHESTRION_THREADS", "1")
-        yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def policy() -> Policy:
-    return Policy.load(seed=0)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def fixed_samples(policy: Policy) -> list[TrainSample]:

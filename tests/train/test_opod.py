@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -95,19 +95,7 @@ def fill_run(store: TraceStore, run_id: str = "r1") -> list[str]:
     return asyncio.run(go())
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread() -> Iterator[None]:
-    """One torch thread: on a machine busy with other work, two threads wait on each other (4x slower)."""
-    before = torch.get_num_threads()
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("ORCHESTRION_THREADS", "1")
-        yield
-    torch.set_num_threads(before)
-
-
-@pytest.fixture(scope="module")
-def policy() -> Policy:
-    return Policy.load(seed=0)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_followup_shows_what_came_after(store: TraceStore) -> None:
