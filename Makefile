@@ -30,8 +30,11 @@ $(VENV)/.stamp-data: $(VENV)/.stamp-dev
 	$(VENV)/bin/orchestrion datasets fetch bigbench
 	@touch $@
 
+# The local pool: three pinned GGUF models (about 1.7 GB) pulled once into the user cache;
+# `models pull` checks what is there and fetches only what is missing.
 demo: $(VENV)/.stamp-embedded
-	$(VENV)/bin/orchestrion run "$(DEMO_TASK)" --strategy para --set max_rounds=2
+	$(VENV)/bin/orchestrion models pull
+	$(VENV)/bin/orchestrion run "$(DEMO_TASK)" --pool local --strategy para --set max_rounds=3
 
 test: $(VENV)/.stamp-data
 	$(VENV)/bin/pytest

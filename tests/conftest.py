@@ -19,5 +19,7 @@ def store(tmp_path: Path) -> Iterator[TraceStore]:
 
 @pytest.fixture(autouse=True)
 def _isolated_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test writes to the user's ~/.orchestrion."""
+    """No test writes to the user's ~/.orchestrion, and the default pool is the tiny one
+    (tests that want the local pool name it), whatever the machine has pulled."""
     monkeypatch.setenv("ORCHESTRION_DB", str(tmp_path / "default.db"))
+    monkeypatch.setenv("ORCHESTRION_POOL", "tiny")

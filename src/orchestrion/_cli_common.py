@@ -19,7 +19,9 @@ out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
 
-PoolOpt = Annotated[Path | None, typer.Option("--pool", help="pool.yaml; default: the embedded SmolLM2 model")]
+PoolOpt = Annotated[Path | None, typer.Option(
+    "--pool", help="pool.yaml, or a preset: local (three pulled models) or tiny (SmolLM2 alone); "
+                   "default: $ORCHESTRION_POOL, else local once pulled, else tiny")]
 DbOpt = Annotated[Path | None, typer.Option("--db", help="trace database; default $ORCHESTRION_DB or ~/.orchestrion/traces.db")]
 
 

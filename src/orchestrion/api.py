@@ -60,10 +60,11 @@ class EpisodeResult:
 
 
 def load_pool(pool: Pool | str | Path | None) -> Pool:
-    """A pool object, the pool in a YAML file, or the embedded default."""
+    """A pool object, the pool in a YAML file, a preset (``local``, ``tiny``), or the default
+    (see :meth:`Pool.resolve`)."""
     if isinstance(pool, Pool):
         return pool
-    return Pool.default() if pool is None else Pool.from_yaml(pool)
+    return Pool.resolve(pool)
 
 
 EpisodeScorer = Callable[[Task, str], Awaitable[dict[str, Any]]]
@@ -75,6 +76,18 @@ async def _score(scorer: EpisodeScorer, task: Task, answer: str) -> dict[str, An
         return dict(await scorer(task, answer))
     except Exception as exc:  # noqa: BLE001 - a scorer bug must not lose the episode
         return {"score": 0.0, "correct": False, "score_error": f"{type(exc).__name__}: {exc}"}
+
+
+async def _score_results(scorer: EpisodeScorer, task: Task, results: list[str]) -> dict[str, Any]:
+    """``evidence_correct``: whether some tool or agent result of the episode, scored as if it were
+    the answer, is correct (the grounding rate's condition). Not computed for code tasks,
+    whose scorer runs every candidate."""
+    if not results or "entry_point" in task.metadata:
+        return {}
+    for text in results:
+        if (await _score(scorer, task, text)).get("correct"):
+            return {"evidence_correct": True}
+    return {"evidence_correct": False}
 
 
 async def solve(
@@ -138,7 +151,10 @@ async def solve(
         root.end(status)
         ended = time.time()
         usage = tracker.usage
-        scored = await _score(scorer, the_task, answer) if scorer is not None and status != "cancelled" else {}
+        scored: dict[str, Any] = {}
+        if scorer is not None and status != "cancelled":
+            grounding = await _score_results(scorer, the_task, ctx.results)  # before the answer's score
+            scored = {**await _score(scorer, the_task, answer), **grounding}
         the_store.submit(
             "UPDATE episodes SET status=?, answer=?, error=?, ended=?, input_tokens=?, output_tokens=?, "
             "cost_usd=?, cost_units=?, meta=json_patch(meta, ?), finished=1 WHERE id=?",

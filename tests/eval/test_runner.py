@@ -254,3 +254,27 @@ async def test_a_stop_switch_ends_the_run_as_interrupted_even_without_cancellati
     (run,) = store.query("SELECT * FROM runs")
     assert run["status"] == "interrupted"
     assert len(store.query("SELECT * FROM episodes WHERE finished = 1")) == 1  # of 6 work items
+
+
+async def test_grounding_rate_counts_episodes_whose_results_held_the_answer(tmp_path: Path, store: TraceStore) -> None:
+    """With the real calculator. Task a: it finds 4 and the synthesizer cites it (grounded, right).
+    Task b: it finds 6 and the synthesizer retypes it wrong (grounded, wrong). Task c: the
+    orchestrator asks the wrong sum, so no result is right (not grounded)."""
+    expression = {"2+2": "2+2", "3+3": "3+3", "4+5": "4+4"}
+    synth = {"2+2": "Answer: [R1]", "3+3": "Answer: 66", "4+5": "Answer: [R1]"}
+
+    def reply(messages: Sequence[Message], config: GenerateConfig) -> str:
+        text = " ".join(m["content"] for m in messages)
+        key = next(k for k in expression if k in text)
+        if config.json_schema is not None:
+            done = "status=OK" in text
+            calls = [] if done else [{"tool": "calculator", "input": expression[key]}]
+            return json.dumps({"thought": "t", "calls": calls, "final": done})
+        return synth[key]
+
+    pool = Pool.from_models([ScriptedModel(reply, name="m")])
+    config = EvalConfig(dataset=f"jsonl:{write_jsonl(tmp_path / 'd.jsonl')}", strategies=["para"], concurrency=1)
+    run = await run_eval(config, store, pool=lambda: pool)
+    [s] = summarize(store, run.run_id)
+    assert s.accuracy == pytest.approx(1 / 3)
+    assert s.grounded_episodes == 2 and s.grounding_rate == pytest.approx(0.5)

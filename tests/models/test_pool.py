@@ -95,3 +95,53 @@ async def test_with_orchestrator_is_hidden_from_the_listing(store: TraceStore) -
     assert result.status == "ok" and len(expert.calls) == 1
     assert "expert" not in expert.calls[0][0]["content"]  # the prompt lists only the pool's own models
     assert base.orchestrator == "worker"  # the original pool is unchanged
+
+
+# -- presets: local and tiny ---------------------------------------------------------------
+def _pretend_pulled(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, names: tuple[str, ...]) -> None:
+    import orchestrion.models.presets as presets
+
+    monkeypatch.setattr(presets, "pulled_path", lambda name: tmp_path / f"{name}.gguf" if name in names else None)
+
+
+def test_local_preset_is_three_priced_tiers_with_roles(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from orchestrion.models.presets import LOCAL_MODELS
+
+    _pretend_pulled(monkeypatch, tmp_path, LOCAL_MODELS)
+    pool = Pool.preset("local")
+    rows = {r["name"]: r for r in pool.describe()}
+    assert [rows[n]["tier"] for n in LOCAL_MODELS] == [1, 2, 3]
+    assert all(rows[n]["price_in"] > 0 and rows[n]["price_out"] > 0 for n in LOCAL_MODELS)  # never silently free
+    assert rows["qwen2.5-coder-1.5b"]["price_out"] > rows["qwen2.5-coder-0.5b"]["price_out"] > rows["smollm2-135m"]["price_out"]
+    assert pool.orchestrator in LOCAL_MODELS and pool.spec(pool.orchestrator).path == str(tmp_path / f"{pool.orchestrator}.gguf")
+
+
+def test_a_preset_with_a_missing_model_says_what_to_pull(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    _pretend_pulled(monkeypatch, tmp_path, ("smollm2-135m",))
+    with pytest.raises(ConfigError, match="orchestrion models pull qwen2.5-coder-0.5b qwen2.5-coder-1.5b"):
+        Pool.preset("local")
+    with pytest.raises(ConfigError, match="unknown pool preset 'huge'"):
+        Pool.preset("huge")
+
+
+def test_default_pool_is_local_once_pulled_else_tiny_with_a_hint(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import orchestrion.models.pool as pool_mod
+    from orchestrion.models.presets import LOCAL_MODELS
+
+    monkeypatch.delenv("ORCHESTRION_POOL", raising=False)
+    monkeypatch.setattr(pool_mod, "_hinted", False)
+    _pretend_pulled(monkeypatch, tmp_path, ("smollm2-135m",))
+    assert Pool.resolve().names == ["smollm2-135m"]
+    assert "orchestrion models pull" in capsys.readouterr().err
+    _pretend_pulled(monkeypatch, tmp_path, LOCAL_MODELS)
+    assert Pool.resolve().names == list(LOCAL_MODELS)
+    monkeypatch.setenv("ORCHESTRION_POOL", "tiny")
+    assert Pool.resolve().names == ["smollm2-135m"]
+
+
+def test_a_pool_file_named_like_a_preset_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "local").write_text(GOOD)
+    assert Pool.resolve("local").names == ["qwen", "big"]

@@ -13,6 +13,7 @@ import orjson
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ..models.pool import default_pool_ref
 from .._cli_common import DbOpt, PoolOpt, err, friendly, out, parse_settings
 from .._errors import ConfigError
 from ..runtime.budget import Budget
@@ -88,7 +89,7 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError("--strategies: give at least one strategy name, e.g. direct,cot")
             config = EvalConfig(
                 dataset=dataset, strategies=names, limit=limit, epochs=epochs or 1, seed=seed,
-                pool=None if pool is None else str(pool),
+                pool=default_pool_ref() if pool is None else str(pool),  # stored: a resume uses the same pool
                 orchestrator_adapter=None if adapter is None else str(adapter.resolve()), budget=Budget.parse_cli(budget).model_dump(exclude_none=True),
                 options=parse_settings(settings),
             )

@@ -78,15 +78,12 @@ class PoolSource:
         if adapter is not None and not Path(adapter).exists():
             raise ConfigError(f"--orchestrator-adapter {adapter}: not found; give the folder `train sft` wrote")
         self.adapter = adapter
-        if path is None:
-            self.config: PoolConfig | None = None
-            self.source = "<embedded default>"
-        else:
-            pool = Pool.from_yaml(path)  # validates now, with a clear error
-            self.config, self.source = pool.config, pool.source
+        pool = Pool.resolve(path)  # validates now, with a clear error
+        self.config: PoolConfig = pool.config
+        self.source = pool.source
 
     def __call__(self) -> Pool:
-        pool = Pool.default() if self.config is None else Pool(self.config, source=self.source)
+        pool = Pool(self.config, source=self.source)
         return pool if self.adapter is None else pool.with_orchestrator_adapter(self.adapter)
 
 

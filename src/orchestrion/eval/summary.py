@@ -46,6 +46,10 @@ class StrategySummary:
     models: dict[str, int] = field(default_factory=dict)
     tools: dict[str, int] = field(default_factory=dict)
     statuses: dict[str, int] = field(default_factory=dict)
+    # grounding: of the episodes in which some tool/agent result was itself a correct answer,
+    # how many ended with a correct final answer (None: no such episode)
+    grounded_episodes: int = 0
+    grounding_rate: float | None = None
 
 
 def run_info(store: TraceStore, run_id: str) -> dict[str, Any]:
@@ -104,6 +108,7 @@ def _summary(name: str, eps: list[dict[str, Any]], invalid: Counter[str], attemp
     walls = [max(0.0, (ep["ended"] or ep["started"]) - ep["started"]) for ep in eps]
     costs = [ep["cost_usd"] for ep in eps]
     ids = [ep["id"] for ep in eps]
+    had = [ep for ep in eps if ep["meta"].get("evidence_correct")]
     n_attempts = sum(attempts[i] for i in ids)
     return StrategySummary(
         strategy=name, episodes=len(eps), tasks=len(per_task), epochs=epochs,
@@ -117,6 +122,8 @@ def _summary(name: str, eps: list[dict[str, Any]], invalid: Counter[str], attemp
         invalid_action_rate=sum(invalid[i] for i in ids) / n_attempts if n_attempts else 0.0,
         models=_merge(models, ids), tools=_merge(tools, ids),
         statuses=dict(Counter(ep["status"] for ep in eps).most_common()),
+        grounded_episodes=len(had),
+        grounding_rate=sum(1 for ep in had if ep["meta"].get("correct")) / len(had) if had else None,
     )
 
 
@@ -187,7 +194,7 @@ def summary_table(summaries: list[StrategySummary], *, title: str = "") -> Table
     if code:
         for k in ks:
             table.add_column(f"pass@{k}", justify="right")
-    for name in ("tokens in/out", "cost", "wall total / mean", "invalid actions"):
+    for name in ("grounding", "tokens in/out", "cost", "wall total / mean", "invalid actions"):
         table.add_column(name, justify="right")
     table.add_column("models")
     table.add_column("tools")
@@ -197,6 +204,7 @@ def summary_table(summaries: list[StrategySummary], *, title: str = "") -> Table
         if code:
             row += [f"{s.pass_at_k[k]:.3f}" if k in s.pass_at_k else "-" for k in ks]
         row += [
+            "-" if s.grounding_rate is None else f"{s.grounding_rate:.2f} ({s.grounded_episodes})",
             f"{s.input_tokens}/{s.output_tokens}",
             "unknown" if s.cost_usd is None else f"${s.cost_usd:.6f}",
             f"{s.wall_s:.1f}s / {s.mean_wall_s:.2f}s",

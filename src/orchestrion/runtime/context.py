@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -26,7 +26,9 @@ from .budget import BudgetTracker
 T = TypeVar("T", bound=BaseModel)
 R = TypeVar("R")
 
-ORCHESTRATOR_CONFIG = GenerateConfig(max_tokens=384, temperature=0.7, logprobs=True)
+ORCHESTRATOR_CONFIG = GenerateConfig(max_tokens=384, temperature=0.0, logprobs=True)
+Role = Literal["decision", "synthesis", "agent"]
+MAX_RESULTS_KEPT = 64
 
 
 def decision_seed(base: int, index: int) -> int:
@@ -73,12 +75,29 @@ class RunContext:
             raise ConfigError("option replay_decisions must be a list of raw decision outputs, not one string")
         self._replay: list[str] = [str(o) for o in replay]
         self._decision_calls = 0  # model calls made by decide so far, replayed ones included
+        # outputs of successful tool and agent calls, in order: the grounding rate scores them
+        self.results: list[str] = []
 
     def option(self, name: str, default: Any) -> Any:
         """A strategy option: CLI/API value first, then the pool's strategy YAML, then ``default``."""
         if name in self.options and self.options[name] is not None:
             return self.options[name]
         return default
+
+    def temperature(self, role: Role) -> float:
+        """The sampling temperature of ``role``: option ``ROLE_temperature``, else the pool's
+        ``temperature:`` block, else 0 (greedy)."""
+        value = self.option(f"{role}_temperature", None)
+        if value is None:
+            return float(getattr(self.pool.config.temperature, role))
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"option {role}_temperature={value!r} is not a number") from None
+
+    def config(self, role: Role, max_tokens: int = 256) -> GenerateConfig:
+        """Generation settings for one call in ``role``, at that role's temperature."""
+        return GenerateConfig(max_tokens=max_tokens, temperature=self.temperature(role))
 
     async def parallel(self, work: Iterable[Awaitable[R]]) -> list[R]:
         """Run awaitables concurrently, at most ``max_parallel`` at once (option; default unbounded).
@@ -135,6 +154,7 @@ class RunContext:
         max_repairs: int = 2,
         name: str = "decision",
         json_schema: dict[str, Any] | None = None,
+        role: Role = "decision",
     ) -> Decision[T]:
         """An orchestrator action validated against ``schema``; invalid outputs are recorded and repaired.
 
@@ -142,12 +162,13 @@ class RunContext:
         model calls, repair attempts included: each is parsed, validated and recorded as if sampled,
         with no model call and no tokens, and its decision span lists it in ``replayed_attempts``
         (``replayed: true`` when every attempt of the decision was replayed). Option ``seed`` gives
-        each sampled decision call the seed :func:`decision_seed` derives from it.
+        each sampled decision call the seed :func:`decision_seed` derives from it. The temperature
+        is ``role``'s (:meth:`temperature`), whatever ``config`` says.
         """
         model_name = model or self.pool.orchestrator
         json_schema = json_schema or schema.model_json_schema()
         base = config or ORCHESTRATOR_CONFIG
-        cfg = replace(base, json_schema=json_schema)
+        cfg = replace(base, json_schema=json_schema, temperature=self.temperature(role))
         convo = list(messages)
         if not self.pool.get(model_name).constrains_json:
             convo = [*convo[:-1], {**convo[-1], "content": convo[-1]["content"] + "\n\n" + schema_prompt(json_schema)}]
@@ -228,6 +249,8 @@ class RunContext:
             span.set(status=result.status.value, output=result.output[:4000], error=result.error)
             span.status = result.status.value
         if result.status is ToolStatus.OK:
+            if len(self.results) < MAX_RESULTS_KEPT and not result.data.get("empty"):
+                self.results.append(result.output.strip()[:2000])
             result.input_tokens = result.input_tokens or span.usage.input_tokens
             result.output_tokens = result.output_tokens or span.usage.output_tokens
             result.cost_usd = span.usage.cost_usd

@@ -121,8 +121,9 @@ class SubAgent:
                 SubAgentAction,
                 [self._system(), *self._window()],
                 model=self.harness.model,
-                config=GenerateConfig(max_tokens=256, temperature=0.7),
+                config=GenerateConfig(max_tokens=256),
                 json_schema=schema,
+                role="agent",
                 name="subagent_step",
             )
             act = decision.action

@@ -78,7 +78,7 @@ def _model(ctx: RunContext) -> str:
 
 def _config(ctx: RunContext, *, temperature: float | None = None, seed: int | None = None) -> GenerateConfig:
     """Sampling settings from the options; the ``seed`` option makes a run repeatable."""
-    temp = float(ctx.option("temperature", 0.7)) if temperature is None else temperature
+    temp = float(ctx.option("temperature", ctx.temperature("agent"))) if temperature is None else temperature
     if seed is None and ctx.option("seed", None) is not None:
         seed = int(ctx.option("seed", 0))
     return GenerateConfig(max_tokens=int(ctx.option("max_tokens", 256)), temperature=temp, seed=seed)

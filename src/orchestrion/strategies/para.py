@@ -16,7 +16,7 @@ from ..models._types import msg
 from ..runtime.context import RunContext
 from ..runtime.protocol import Call, ParaAction, narrow
 from ..tools.envelope import ToolResult
-from ..runtime.synthesis import synthesize
+from ..runtime.synthesis import Evidence, synthesize
 from .base import Answer, Strategy, Task, register
 
 
@@ -54,13 +54,13 @@ class Para(Strategy):
                     break
                 calls = action.calls[:max_calls]
                 outcomes = await ctx.parallel(self._run_call(ctx, call) for call in calls)
-                for i, (call, result) in enumerate(zip(calls, outcomes), 1):
+                for call, result in zip(calls, outcomes):
                     results.append((call, result))
-                    where = f" on {call.model}" if call.model else ""
-                    history.append(f"Round {rnd} call {i}: {call.tool}{where} <- {call.input[:120]!r} -> {result.feedback(300)}")
+                    history.append(f"[R{len(results)}] {_describe(call)} -> {result.feedback(300)}")
                 if action.final:  # calls sent together with final are the last ones
                     break
-        text = await synthesize(task.prompt, [f"{c.tool}: {r.feedback(600)}" for c, r in results], ctx)
+        evidence = [Evidence(f"{_describe(c)} -> {r.feedback(600)}", r.output if r.ok else None) for c, r in results]
+        text = await synthesize(task.prompt, evidence, ctx)
         return Answer(text, meta={"rounds": rnd, "calls": len(results), "invalid_decisions": invalid})
 
     @staticmethod
@@ -69,6 +69,11 @@ class Para(Strategy):
         if args is None and call.tool in ctx.tools:
             args = ctx.tools.get(call.tool).args_from_input(call.input)
         return await ctx.call_tool(call.tool, args, model=call.model)
+
+
+def _describe(call: Call) -> str:
+    where = f" on {call.model}" if call.model else ""
+    return f"{call.tool}{where} <- {call.input[:120]!r}"
 
 
 def _recent(history: list[str], keep: int = 8) -> str:

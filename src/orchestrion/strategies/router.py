@@ -206,7 +206,7 @@ class Router(Strategy):
             [msg("user", render("direct", task=task.prompt))],
             model=choice.model,
             config=GenerateConfig(max_tokens=int(ctx.option("max_tokens", 256)),
-                                  temperature=float(ctx.option("temperature", 0.7))),
+                                  temperature=float(ctx.option("temperature", ctx.temperature("agent")))),
             name="answer",
         )
         return Answer(out.text.strip(), meta=route)

@@ -240,7 +240,7 @@ class TopologyStrategy(Strategy):
         if score >= threshold or cap == 0:
             return await synthesize(task.prompt, lines, ctx), info
         listed = "\n".join(f"[{i}] {o.strip()[:400]}" for i, o in enumerate(outputs, 1))
-        config = GenerateConfig(max_tokens=int(ctx.option("max_tokens", 256)))
+        config = ctx.config("synthesis", int(ctx.option("max_tokens", 256)))
         model = str(ctx.option("synthesizer", ctx.pool.synthesizer))
         draft, previous = "", None
         for i in range(cap):  # the only loop: at most `cap` model calls, so synthesis always ends

@@ -260,10 +260,10 @@ def decision_schema(pairs: list[Pair], max_subtasks: int) -> dict[str, Any]:
 
 async def decide_with_options(ctx: RunContext, schema: type[T], messages: list[Message], json_schema: dict[str, Any],
                               name: str) -> Decision[T]:
-    """``ctx.decide`` under the options ``max_repairs`` (2), ``decision_tokens`` and ``decision_temperature``."""
+    """``ctx.decide`` under the options ``max_repairs`` (2) and ``decision_tokens`` (the
+    temperature is the decision role's, option ``decision_temperature``)."""
     base = ORCHESTRATOR_CONFIG
-    config = replace(base, max_tokens=int(ctx.option("decision_tokens", base.max_tokens)),
-                     temperature=float(ctx.option("decision_temperature", base.temperature)))
+    config = replace(base, max_tokens=int(ctx.option("decision_tokens", base.max_tokens)))
     return await ctx.decide(schema, messages, json_schema=json_schema, config=config,
                             max_repairs=int(ctx.option("max_repairs", 2)), name=name)
 

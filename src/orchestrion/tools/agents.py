@@ -57,7 +57,7 @@ class _PromptAgent(Tool):
         ctx = _need(ctx, self.name)
         prompt = render(self.template, task=args.task, context=_context(args))
         out = await ctx.generate([msg("user", prompt)], model=model or ctx.pool.executor,
-                                 config=GenerateConfig(max_tokens=self.max_tokens), name=self.name)
+                                 config=ctx.config("agent", self.max_tokens), name=self.name)
         return out.text.strip()
 
 
@@ -84,7 +84,7 @@ class CoderAgent(Tool):
         ctx = _need(ctx, self.name)
         prompt = render("agent_coder", task=args.task, context=_context(args))
         out = await ctx.generate([msg("user", prompt)], model=model or ctx.pool.executor,
-                                 config=GenerateConfig(max_tokens=384, temperature=0.2), name=self.name)
+                                 config=ctx.config("agent", 384), name=self.name)
         found = _CODE.findall(out.text)
         code = found[0] if found else out.text
         result = await ctx.call_tool("python", {"code": code, "timeout_s": 10})
@@ -104,7 +104,8 @@ class SearcherAgent(Tool):
         if not hits.ok:
             return hits
         prompt = render("agent_searcher", task=args.task, passages=hits.output)
-        out = await ctx.generate([msg("user", prompt)], model=model or ctx.pool.executor, name=self.name)
+        out = await ctx.generate([msg("user", prompt)], model=model or ctx.pool.executor,
+                                 config=ctx.config("agent"), name=self.name)
         return out.text.strip()
 
 

@@ -1,0 +1,75 @@
+"""Grounded synthesis: labelled results, citations replaced by the cited result, greedy by default."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve
+from orchestrion.runtime.synthesis import Evidence, ground
+from tests.helpers import SlowTool
+
+
+def action(calls: list[dict[str, Any]], final: bool = False) -> str:
+    return json.dumps({"thought": "t", "calls": calls, "final": final})
+
+
+def test_citation_is_replaced_by_the_cited_result_exactly() -> None:
+    text, cited = ground("The product is below.\nAnswer: [R2]", [Evidence("a", "1"), Evidence("b", "221844")])
+    assert text.endswith("Answer: 221844") and cited == [2]
+
+
+def test_a_bare_label_on_the_answer_line_is_a_citation() -> None:
+    text, cited = ground("Answer: R1", [Evidence("calculator -> status=OK 156")])
+    assert text == "Answer: 156" and cited == [1]
+
+
+def test_unknown_labels_and_plain_answers_are_left_alone() -> None:
+    assert ground("Answer: [R7]", [Evidence("x", "1")]) == ("Answer: [R7]", [])
+    assert ground("Answer: 42", [Evidence("x", "1")]) == ("Answer: 42", [])
+
+
+def test_a_multi_line_result_is_cited_by_its_last_line() -> None:
+    reasoning = "First, 12*13.\nThat is 156.\nAnswer: 156"
+    assert ground("[R1]", [Evidence("reasoner", reasoning)])[0] == "156"
+
+
+def test_value_defaults_to_the_text_after_an_ok_status() -> None:
+    assert Evidence("[a] task (ok): 7").citable() == "7"
+    assert Evidence("calculator <- '3*4' -> status=OK 12").citable() == "12"
+
+
+async def test_para_synthesis_sees_labelled_results_and_its_citation_is_grounded(store: TraceStore) -> None:
+    prompts: list[str] = []
+    configs: list[Any] = []
+
+    def reply(messages: Any, config: Any) -> str:
+        configs.append(config)
+        if config.json_schema is not None:  # a decision: one calculation, then stop
+            decided = sum(1 for c in configs if c.json_schema is not None)
+            return action([{"tool": "slow", "input": "x"}]) if decided == 1 else action([], True)
+        prompts.append(messages[-1]["content"])
+        return "Answer: [R1]"
+
+    orch = ScriptedModel(reply, name="orch")
+    tool = SlowTool(0.0, reply=lambda t: "221844")
+    res = await solve("What is 221*1004?", strategy="para", pool=Pool.from_models([orch]),
+                      tools=ToolRegistry([tool]), store=store)
+    assert res.status == "ok" and res.answer == "Answer: 221844"
+    assert "[R1] slow <- 'x' -> status=OK 221844" in prompts[0]
+    assert all(c.temperature == 0.0 for c in configs)  # decisions and synthesis are greedy by default
+    answer_spans = [s for s in store.spans(res.trace_id) if s["kind"] == "answer"]
+    assert answer_spans and json.loads(answer_spans[0]["attrs"])["cited"] == ["R1"]
+
+
+async def test_role_temperatures_come_from_options_then_the_pool(store: TraceStore) -> None:
+    temps: list[tuple[bool, float]] = []
+
+    def reply(messages: Any, config: Any) -> str:
+        temps.append((config.json_schema is not None, config.temperature))
+        return action([], True) if config.json_schema is not None else "Answer: 1"
+
+    pool = Pool.from_models([ScriptedModel(reply, name="orch")])
+    pool.config = pool.config.model_copy(update={"temperature": pool.config.temperature.model_copy(update={"synthesis": 0.3})})
+    await solve("q", strategy="para", pool=pool, tools=ToolRegistry([]), store=store, options={"decision_temperature": 0.9})
+    assert (True, 0.9) in temps and (False, 0.3) in temps
