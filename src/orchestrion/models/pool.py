@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import os
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -55,7 +57,15 @@ class ModelSpec(BaseModel):
     extra_body: dict[str, Any] | None = Field(default=None, description="extra JSON fields sent with every request")
     # llama-cpp settings
     path: str | None = None
-    n_threads: int | None = Field(default=None, ge=1)
+    n_threads: int | None = Field(
+        default=None, ge=1,
+        description="llama-cpp only: fixed thread count; unset = a share of ORCHESTRION_THREADS among busy models",
+    )
+    state_cache: int = Field(
+        default=4, ge=0,
+        description="llama-cpp only: KV states of recent prompts kept in RAM, so a prefix shared with any of "
+                    "them is not processed again (0 = reuse only the previous call's prefix)",
+    )
     n_ctx: int | None = Field(default=None, gt=0)
     lora_path: str | None = Field(
         default=None,
@@ -79,12 +89,26 @@ class ModelSpec(BaseModel):
         return self
 
 
+class RoleTemperatures(BaseModel):
+    """Sampling temperature per role. Greedy (0) by default: small models miscopy digits and
+    drift when sampled. Strategies that sample on purpose (vote, ensemble, GRPO groups) set
+    their own; options ``decision_temperature``, ``synthesis_temperature`` and
+    ``agent_temperature`` override these per run."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    decision: float = Field(default=0.0, ge=0, le=2, description="orchestrator decisions")
+    synthesis: float = Field(default=0.0, ge=0, le=2, description="the final answer's synthesis")
+    agent: float = Field(default=0.0, ge=0, le=2, description="agent tools, sub-agents and single-model baselines")
+
+
 class PoolConfig(BaseModel):
     """The whole pool.yaml file."""
 
     model_config = ConfigDict(extra="forbid")
 
     models: list[ModelSpec] = Field(min_length=1)
+    temperature: RoleTemperatures = Field(default_factory=RoleTemperatures)
     orchestrator: str | None = None
     synthesizer: str | None = None
     executor: str | None = None
@@ -134,6 +158,35 @@ class Pool:
         return cls(PoolConfig(models=[embedded_spec()]))
 
     @classmethod
+    def preset(cls, name: str) -> "Pool":
+        """A built-in pool: ``local`` (three catalog models, tiers 1-3) or ``tiny`` (SmolLM2 alone)."""
+        from .presets import preset_config
+
+        return cls._validated(preset_config(name), f"preset '{name}'")
+
+    @classmethod
+    def resolve(cls, ref: str | Path | None = None) -> "Pool":
+        """The pool ``ref`` names: a pool.yaml path, a preset name, or (``None``) the default.
+
+        The default is ``$ORCHESTRION_POOL`` when set, else ``local`` once its models are
+        pulled, else ``tiny`` (with a one-time hint on stderr saying how to get ``local``).
+        """
+        if ref is None:
+            ref = default_pool_ref()
+        if str(ref) in PRESET_NAMES and not Path(ref).is_file():
+            return cls.preset(str(ref))
+        return cls.from_yaml(ref)
+
+    @classmethod
+    def _validated(cls, raw: dict[str, Any], where: str) -> "Pool":
+        try:
+            return cls(PoolConfig.model_validate(raw), source=where)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
+            raise ConfigError(f"{where}: field '{loc}': {err['msg']}") from None
+
+    @classmethod
     def from_yaml(cls, path: str | Path) -> "Pool":
         p = Path(path)
         try:
@@ -146,12 +199,7 @@ class Pool:
             raise ConfigError(f"{p}:{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
         if not isinstance(raw, dict):
             raise ConfigError(f"{p}: expected a mapping with a 'models:' list at the top")
-        try:
-            return cls(PoolConfig.model_validate(raw), source=str(p))
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            loc = ".".join(str(x) for x in err["loc"]) or "(top level)"
-            raise ConfigError(f"{p}: field '{loc}': {err['msg']}") from None
+        return cls._validated(raw, str(p))
 
     @classmethod
     def from_models(
@@ -293,6 +341,30 @@ class Pool:
     async def aclose(self) -> None:
         for model in self._models.values():
             await model.aclose()
+
+
+PRESET_NAMES = ("local", "tiny")
+_hinted = False
+
+
+def default_pool_ref() -> str:
+    """``$ORCHESTRION_POOL``, else ``local`` when its models are pulled, else ``tiny``."""
+    global _hinted
+    env = os.environ.get("ORCHESTRION_POOL")
+    if env:
+        return env
+    from .presets import missing
+
+    gone = missing()
+    if not gone:
+        return "local"
+    if not _hinted:
+        _hinted = True
+        sys.stderr.write(
+            f"note: using the tiny pool (SmolLM2-135M alone); for the local pool of three models run "
+            f"`orchestrion models pull` ({', '.join(gone)} missing)\n"
+        )
+    return "tiny"
 
 
 def _create(spec: ModelSpec) -> Model:
