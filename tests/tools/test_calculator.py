@@ -91,3 +91,49 @@ async def test_overlong_expression_is_invalid_args(registry: ToolRegistry) -> No
     assert result.status is ToolStatus.INVALID_ARGS
     missing = await registry.call("calculator", {})
     assert missing.status is ToolStatus.INVALID_ARGS
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("221*1004", "221884"),
+        ("123 * 456", "56088"),
+        ("7/2", "3.5"),
+        ("2**10", "1024"),
+        ("(12+3)*4", "60"),
+        ("221 x 1004", "221884"),
+        ("221x1004", "221884"),
+        ("221 × 1004", "221884"),
+        ("3X(2+1)", "9"),
+        ("(2 + 3)x4", "20"),
+        ("2 x pi / pi", "2"),
+        ("1,234 + 1", "1235"),
+        ("1,234,567 * 2", "2469134"),
+        ("(1,000 + 24) * 2", "2048"),
+        ("1,234.5 * 2", "2469"),
+        ("7 ÷ 2 − 1", "2.5"),
+        ("221 * 1004 =", "221884"),
+        ("0x1F + 1", "32"),  # hexadecimal stays hexadecimal
+        ("10x3", "30"),
+        ("max(1,234)", "234"),  # inside a call a comma separates arguments
+    ],
+)
+async def test_forgives_everyday_notation(registry: ToolRegistry, expression: str, expected: str) -> None:
+    result = await registry.call("calculator", {"expression": expression})
+    assert result.status is ToolStatus.OK, result.error
+    assert result.output == expected
+
+
+@pytest.mark.parametrize(
+    ("expression", "message"),
+    [
+        ("x * 2", "unknown name 'x'"),
+        ("2 x", "not a valid expression"),
+        ("1,23 + 1", "is not allowed"),  # not a thousands group: stays a tuple, refused
+        ("__import__('os') x 2", "unknown function"),
+    ],
+)
+async def test_forgiveness_stays_narrow_and_safe(registry: ToolRegistry, expression: str, message: str) -> None:
+    result = await registry.call("calculator", {"expression": expression})
+    assert result.status is ToolStatus.EXEC_ERROR
+    assert message in (result.error or "")

@@ -274,3 +274,108 @@ async def test_invalid_args_are_reported_not_run(registry: ToolRegistry, args: d
     result = await registry.call("python", args)
     assert result.status is ToolStatus.INVALID_ARGS
     assert result.error and result.error.startswith("python:")
+
+
+# Notebook-cell semantics: small models end with a bare expression and no print.
+
+BOTH = pytest.mark.parametrize("isolation", ["auto", "audit-hook"])  # auto is namespaces when root
+
+
+@BOTH
+@pytest.mark.parametrize(
+    ("code", "shown"),
+    [
+        ("sum([3, 4])", "7\n"),
+        ("221*1004", "221884\n"),
+        ("x = 'forty-two'\nx", "forty-two\n"),  # a str as is, not its repr
+        ("values = [1, 2]\n{'n': len(values)}", "{'n': 2}\n"),
+        ("if True:\n    y = 5\ny * 2", "10\n"),
+    ],
+)
+async def test_final_expression_value_is_shown(isolation: python_exec.Isolation, code: str, shown: str) -> None:
+    tool = PythonTool(isolation=isolation)
+    result = await ToolRegistry([tool]).call("python", {"code": code, "timeout_s": 3})
+    assert result.status is ToolStatus.OK, result.error
+    assert result.output == shown
+    assert "empty" not in result.data
+    assert result.feedback() == f"status=OK {shown.strip()}"
+
+
+@BOTH
+async def test_printed_output_is_not_duplicated_by_the_final_value(isolation: python_exec.Isolation) -> None:
+    code = "import sys\ndef f():\n    print('from f')\n    return 99\nprint('first')\nf()"
+    result = await run_sandboxed(code, timeout_s=3, isolation=isolation)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "first\nfrom f\n"
+    raw = await run_sandboxed("import sys\nsys.stdout.buffer.write(b'raw\\n')\n7", timeout_s=3, isolation=isolation)
+    assert raw.stdout == "raw\n"
+
+
+@BOTH
+@pytest.mark.parametrize("code", ["None", "x = 3", "", "print(end='')\n[].clear()", "print()"])
+async def test_nothing_printed_is_marked_empty(isolation: python_exec.Isolation, code: str) -> None:
+    result = await ToolRegistry([PythonTool(isolation=isolation)]).call("python", {"code": code, "timeout_s": 3})
+    assert result.status is ToolStatus.OK, result.error
+    assert result.data["empty"] is True
+    assert result.output == python_exec.EMPTY_OUTPUT
+    assert result.feedback() == "status=OK (no output: the program printed nothing; print the result)"
+
+
+@BOTH
+async def test_final_expression_that_raises_names_its_line(isolation: python_exec.Isolation) -> None:
+    code = "a = 1\nb = 0\n\n# the answer\na / b"
+    result = await ToolRegistry([PythonTool(isolation=isolation)]).call("python", {"code": code, "timeout_s": 3})
+    assert result.status is ToolStatus.EXEC_ERROR
+    error = result.error or ""
+    assert error.startswith("Traceback (most recent call last):\n  File ")
+    assert 'main.py", line 5, in <module>\n    a / b' in error
+    assert "ZeroDivisionError: division by zero" in error
+    assert "<string>" not in error and "runpy" not in error  # the runner's own frames are not shown
+    assert result.output == ""
+
+
+@BOTH
+async def test_errors_keep_the_users_line_numbers(isolation: python_exec.Isolation) -> None:
+    code = "def f(n):\n    return 10 // n\n\nprint('start')\nf(0)\nprint('never')"
+    result = await run_sandboxed(code, timeout_s=3, isolation=isolation)
+    assert result.exit_code == 1 and result.stdout == "start\n"
+    assert 'line 5, in <module>\n    f(0)\n' in result.stderr
+    assert 'line 2, in f\n    return 10 // n\n' in result.stderr
+
+
+@BOTH
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [("print('ok')\nprint(", "'(' was never closed"), ("print('ok')\nreturn 5", "'return' outside function")],
+)
+async def test_syntax_errors_run_nothing(isolation: python_exec.Isolation, code: str, message: str) -> None:
+    result = await ToolRegistry([PythonTool(isolation=isolation)]).call("python", {"code": code, "timeout_s": 3})
+    assert result.status is ToolStatus.EXEC_ERROR
+    assert result.output == ""  # compiled whole before anything runs
+    assert f"SyntaxError: {message}" in (result.error or "")
+    assert 'main.py", line 2' in (result.error or "")
+    assert "<string>" not in (result.error or "")  # as plain python reports it: no runner frames
+
+
+@BOTH
+async def test_code_runs_as_a_clean_main_module(isolation: python_exec.Isolation) -> None:
+    code = (
+        "import pickle, sys\n"
+        "class Point:\n"
+        "    pass\n"
+        "names = sorted(n for n in dir() if not n.startswith('__'))\n"
+        "assert pickle.loads(pickle.dumps(Point())).__class__ is Point\n"
+        "print(__name__, sys.argv == [__file__], names)\n"
+    )
+    result = await run_sandboxed(code, timeout_s=3, isolation=isolation)
+    assert result.stdout == "__main__ True ['Point', 'pickle', 'sys']\n", result.stderr
+    exited = await run_sandboxed("import sys\nsys.exit(3)\n4", timeout_s=3, isolation=isolation)
+    assert exited.exit_code == 3 and exited.stdout == ""
+
+
+async def test_namespaces_isolation_shows_final_values_too() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("namespaces need root")
+    result = await ToolRegistry([PythonTool(isolation="namespaces")]).call("python", {"code": "6 * 7", "timeout_s": 3})
+    assert result.data["isolation"] == "namespaces"
+    assert result.output == "42\n"

@@ -318,7 +318,7 @@ class Uno(Strategy):
                                      label=f"{primitive} on {model}")
         meta.update(mode="direct", pairs=[{"model": model, "primitive": primitive, "status": result.status.value}])
         ctx.tracer.event("uno_choice", {"mode": "direct", "pairs": meta["pairs"]})
-        if result.ok and result.output.strip():
+        if result.ok and result.output.strip() and not result.data.get("empty"):
             return Answer(result.output.strip(), meta=meta)
         text = await synthesize(task.prompt, [f"{primitive} on {model}: {result.feedback(600)}"], ctx)
         return Answer(text, meta=meta)

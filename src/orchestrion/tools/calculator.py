@@ -7,6 +7,12 @@ else (names, attributes, strings, comprehensions, ...) is refused with a
 ``ValueError`` naming what was found, which the registry reports as
 ``exec_error``. Integer results are kept exact but bounded, so ``9**9**9``
 fails fast instead of eating the machine.
+
+Small models write arithmetic the way people do, so before parsing the text is
+forgiven a little: ``×`` or an ``x`` between two operands (``221 x 1004``,
+``3x(2+1)``; ``0x1F`` stays hexadecimal) means ``*``, ``÷`` means ``/``, ``−``
+means ``-``, a trailing ``=`` is dropped, and commas that group thousands
+(``1,234,567``) are removed unless they could be separating a function's arguments.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import ast
 import math
 import operator
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -119,10 +126,35 @@ def _eval(node: ast.AST) -> Number:
     raise ValueError(f"'{ast.unparse(node)}' is not allowed in a calculator expression")
 
 
+_SIGNS = str.maketrans({"×": "*", "÷": "/", "−": "-"})
+_TIMES = re.compile(r"(?P<hex>(?<![\w.])0[xX][0-9a-fA-F_]+)|(?<=[\w.)])\s+[xX]\s+(?=[\w.(])|(?<=[\d.)])[xX](?=[\d.(])")
+_GROUPED = re.compile(r"(?<![\w.])\d{1,3}(?:,\d{3})+(?!\d)")
+
+
+def _in_call(text: str, at: int) -> bool:
+    """Whether position ``at`` lies directly inside a function call's parentheses."""
+    depth = 0
+    for i in range(at - 1, -1, -1):
+        if text[i] == ")":
+            depth += 1
+        elif text[i] == "(":
+            if depth == 0:
+                return bool(re.search(r"\w\s*$", text[:i]))
+            depth -= 1
+    return False
+
+
+def forgive(expression: str) -> str:
+    """Rewrite everyday arithmetic notation (``×``, ``x``, ``1,234``, a trailing ``=``) as Python."""
+    text = expression.translate(_SIGNS).strip().removesuffix("=").strip()
+    text = _TIMES.sub(lambda m: m["hex"] or "*", text)
+    return _GROUPED.sub(lambda m: m[0] if _in_call(text, m.start()) else m[0].replace(",", ""), text)
+
+
 def evaluate(expression: str) -> Number:
     """Evaluate an arithmetic expression safely; raise ``ValueError`` with a clear message."""
     try:
-        tree = ast.parse(expression.strip(), mode="eval")
+        tree = ast.parse(forgive(expression), mode="eval")
     except SyntaxError as exc:
         raise ValueError(f"not a valid expression: {exc.msg}") from None
     try:

@@ -6,6 +6,12 @@ group) with limits on address space, CPU seconds, file size and process count
 (no core files), in a throw-away working directory with a minimal environment;
 on timeout the whole group is killed. Output is read asynchronously and capped.
 
+Small models often end a program with a bare expression and no ``print``. The
+child runs the code like a notebook cell: if it printed nothing, the value of a
+final expression is printed. A run that still prints nothing is returned with
+status ok but an explicit "no output" text and ``data["empty"]``, so that no
+answer is built on an empty result.
+
 The strongest isolation available is chosen once per process:
 
 ``namespaces`` (running as root and ``unshare(2)`` permitted)
@@ -56,6 +62,7 @@ if TYPE_CHECKING:
 Isolation = Literal["auto", "namespaces", "audit-hook"]
 
 OUTPUT_LIMIT = 64 * 1024  # bytes kept per stream
+EMPTY_OUTPUT = "(no output: the program printed nothing; print the result)"
 _CLONE_NEWNS, _CLONE_NEWPID, _CLONE_NEWNET = 0x00020000, 0x20000000, 0x40000000
 _MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
 _MOUNT_FLAGS = {"nosuid": 0x2, "nodev": 0x4, "noexec": 0x8}  # kept when remounting read-only
@@ -90,10 +97,65 @@ if code > 128:
 sys.exit(code)
 """
 
+# Runs the user's program in the child, in both isolations, like a notebook cell: the
+# source is compiled whole first (a syntax error runs nothing), into a fresh ``__main__``
+# module; a final bare expression is evaluated apart and its value printed (str as is,
+# repr otherwise, nothing for None) only if the program wrote nothing to stdout itself.
+# Tracebacks start at the user's code, so their line numbers are the program's own.
+_RUNNER = """\
+import ast, sys, types
+class _Noted:
+    def __init__(self, stream, seen):
+        self._stream, self._seen = stream, seen
+    def write(self, data):
+        if data:
+            self._seen[0] = True
+        return self._stream.write(data)
+    def writelines(self, lines):
+        lines = list(lines)
+        if any(lines):
+            self._seen[0] = True
+        return self._stream.writelines(lines)
+    def __getattr__(self, name):
+        found = getattr(self._stream, name)
+        return _Noted(found, self._seen) if name == "buffer" else found
+def _fail(exc, tb, path):
+    while tb is not None and tb.tb_frame.f_code.co_filename != path:
+        tb = tb.tb_next
+    sys.excepthook(type(exc), exc.with_traceback(tb), tb)
+    sys.exit(1)
+def _main(path):
+    with open(path, "rb") as fh:
+        source = fh.read()
+    try:
+        tree = compile(source, path, "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        body = compile(tree, path, "exec", dont_inherit=True)
+        tail = None if last is None else compile(ast.Expression(last.value), path, "eval", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        _fail(exc, None, path)
+    module = types.ModuleType("__main__")
+    module.__file__, module.__cached__ = path, None
+    sys.modules["__main__"] = module
+    real, seen = sys.stdout, [False]
+    sys.stdout = _Noted(real, seen)
+    try:
+        exec(body, module.__dict__)
+        value = None if tail is None else eval(tail, module.__dict__)
+        if value is not None and not seen[0]:
+            print(value if isinstance(value, str) else repr(value), file=real)
+    except SystemExit:
+        raise
+    except BaseException as exc:
+        _fail(exc, exc.__traceback__, path)
+sys.argv = sys.argv[1:]
+_main(sys.argv[0])
+"""
+
 # Fallback: an audit hook (irremovable from Python) refuses sockets, native calls,
-# new processes and writes outside the working directory; then the code runs.
+# new processes and writes outside the working directory; then the runner starts.
 _PRELUDE = """\
-import os, runpy, sys
+import os, sys
 _home = os.getcwd()
 def _outside(path):
     if isinstance(path, int):
@@ -109,9 +171,7 @@ def _guard(event, args, _no=("socket.", "ctypes.", "subprocess.", "os.fork", "os
     if (writes or changes) and _outside(args[0]):
         raise PermissionError(f"sandbox: writing outside the working directory is not allowed: {args[0]}")
 sys.addaudithook(_guard)
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
+""" + _RUNNER
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _namespaces_work: bool | None = None  # learned on first use
@@ -270,7 +330,7 @@ async def _start(
         limits(nproc)
         _enter_namespaces(workdir, uid, covers, binds)
 
-    argv = [sys.executable, "-I", "-S", "-c", _LAUNCHER, "-I", "-B", "-X", "utf8", "-u", main]
+    argv = [sys.executable, "-I", "-S", "-c", _LAUNCHER, "-I", "-B", "-X", "utf8", "-u", "-c", _RUNNER, main]
     return await _spawn(argv, workdir, enter)
 
 
@@ -346,12 +406,12 @@ async def _supervise(proc: asyncio.subprocess.Process, timeout_s: float, uid: in
 
 
 class PythonArgs(BaseModel):
-    code: str = Field(description="a complete Python 3 program; print what you want to see")
+    code: str = Field(description="a complete Python 3 program that prints its result")
     timeout_s: float = Field(10.0, gt=0, le=120, description="wall-clock limit in seconds")
 
 
 class PythonTool(Tool):
-    """Runs a Python program in the sandbox and returns what it printed."""
+    """Runs a Python program in the sandbox and returns what it printed (or says it printed nothing)."""
 
     name = "python"
     description = "run a Python 3 program in a sandbox (no network, limited time and memory); returns its stdout"
@@ -381,7 +441,11 @@ class PythonTool(Tool):
             error = f"python: timed out after {parsed.timeout_s:g}s and was killed" + (f"\n{tail}" if tail else "")
             return ToolResult(status=ToolStatus.TIMEOUT, output=res.stdout, error=error, data=data)
         if res.exit_code == 0:
-            return ToolResult(output=res.stdout, data={**data, "stderr": tail} if tail else data)
+            if tail:
+                data["stderr"] = tail
+            if not res.stdout.strip():  # an answer must never be built on nothing
+                return ToolResult(output=EMPTY_OUTPUT, data={**data, "empty": True})
+            return ToolResult(output=res.stdout, data=data)
         if not tail:
             tail = (
                 f"killed by signal {res.killed_signal} ({signal.strsignal(res.killed_signal)}); a limit was hit"
