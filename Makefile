@@ -22,7 +22,7 @@ $(VENV)/.stamp-embedded: pyproject.toml | $(PY)
 	@touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-embedded pyproject.toml
-	$(PIP) install -q -e '.[embedded,serve,eval,train,ray,inspect,dev]'
+	$(PIP) install -q -e '.[embedded,server-local,serve,eval,train,ray,inspect,dev]'
 	@touch $@
 
 # BIG-bench's task files: fetched once into the user cache (about 360 MB download).

@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 import orjson
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from ._errors import OrchestrionError
 
@@ -33,7 +34,7 @@ def friendly(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except OrchestrionError as exc:
-            err.print(f"[red]error:[/red] {exc}", highlight=False, markup=True)
+            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, markup=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             err.print("interrupted; the trace so far is kept")

@@ -24,6 +24,10 @@ class ModelNotFoundError(ModelError):
     """A model name is not in the pool, or a model file is missing."""
 
 
+class ModelFileError(ModelError):
+    """A model file does not match its catalog pin (size or sha256), or could not be fetched."""
+
+
 class ModelUnavailableError(ModelError):
     """A model server could not be reached or kept failing after retries."""
 

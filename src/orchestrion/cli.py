@@ -14,6 +14,7 @@ from rich.table import Table
 from ._cli_common import DbOpt, PoolOpt, err, friendly, out, parse_settings
 from .api import load_pool, solve
 from .eval import _cli_datasets, _cli_eval, _cli_report
+from .models import _cli_models
 from .train import _cli_data, _cli_rl, _cli_sft
 from .runtime.budget import Budget
 from .strategies.base import strategies
@@ -199,6 +200,7 @@ train_app = typer.Typer(no_args_is_help=True, help="Train the orchestrator from 
 app.add_typer(train_app, name="train")
 for _register in (_cli_datasets.register, _cli_eval.register, _cli_report.register):
     _register(app)
+_cli_models.register(app)
 for _register in (_cli_data.register, _cli_sft.register, _cli_rl.register):
     _register(train_app)
 

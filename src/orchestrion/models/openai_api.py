@@ -30,7 +30,7 @@ from ._types import Completion, GenerateConfig, Message, Usage, msg
 if TYPE_CHECKING:
     from .pool import ModelSpec
 
-StructuredMode = Literal["auto", "json_schema", "json_object", "prompt"]
+StructuredMode = Literal["auto", "json_schema", "json_object", "json_object_schema", "prompt"]
 _AUTO_ORDER: tuple[str, ...] = ("json_schema", "json_object", "prompt")
 _FALLBACK_HINTS = ("response_format", "json_schema", "json_object", "structured", "guided", "grammar")
 _JSON_HEADERS = {"Content-Type": "application/json"}
@@ -55,8 +55,10 @@ class OpenAIAPIModel:
 
     ``structured`` picks how ``GenerateConfig.json_schema`` is enforced:
     ``json_schema`` (``response_format`` with the schema), ``json_object`` (JSON mode
-    plus the schema in the system prompt), ``prompt`` (schema in the system prompt
-    only) or ``auto`` (try them in that order on a rejecting 400 and remember the
+    plus the schema in the system prompt), ``json_object_schema`` (JSON mode with the
+    schema in ``response_format``, as llama-cpp-python's server takes it; also in the
+    prompt), ``prompt`` (schema in the system prompt only) or ``auto`` (json_schema,
+    then json_object, then prompt, moving on after a rejecting 400 and remembering the
     first that works). ``extra_body`` is merged into every request, e.g.
     ``{"return_token_ids": True}`` for vLLM token ids.
     """
@@ -239,6 +241,8 @@ class OpenAIAPIModel:
             body["messages"] = _with_schema_prompt(msgs, schema)
             if mode == "json_object":
                 body["response_format"] = {"type": "json_object"}
+            elif mode == "json_object_schema":  # llama-cpp-python's server: the schema becomes a grammar
+                body["response_format"] = {"type": "json_object", "schema": schema}
         if stream:
             body.update(stream=True, stream_options={"include_usage": True})
         body.update(self.extra_body)

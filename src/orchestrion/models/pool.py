@@ -53,7 +53,11 @@ class ModelSpec(BaseModel):
     api_key_env: str | None = None
     timeout_s: float = Field(default=120.0, gt=0)
     max_retries: int = Field(default=3, ge=0)
-    structured: Literal["auto", "json_schema", "json_object", "prompt"] = "auto"
+    structured: Literal["auto", "json_schema", "json_object", "json_object_schema", "prompt"] = Field(
+        default="auto",
+        description="how JSON actions are enforced: auto tries json_schema, then json_object, then the prompt; "
+                    "json_object_schema is JSON mode with the schema (llama-cpp-python's server)",
+    )
     extra_body: dict[str, Any] | None = Field(default=None, description="extra JSON fields sent with every request")
     # llama-cpp settings
     path: str | None = None
