@@ -18,7 +18,7 @@ Run from the repository root, after ``orchestrion models pull`` and
 
     .venv/bin/python bench/local_pool.py                       # core strategies, 5 per task
     .venv/bin/python bench/local_pool.py --strategies all --limit 2
-    .venv/bin/python bench/local_pool.py --kv-compare 4 --tasks none
+    .venv/bin/python bench/local_pool.py --kv-compare 4 --roles 5 --tasks none
 """
 
 from __future__ import annotations
@@ -51,8 +51,9 @@ OPTIONS: dict[str, Any] = {"max_rounds": 4}
 class PoolFactory:
     """The local pool, or one model of it alone, optionally with the state cache off."""
 
-    def __init__(self, only: str | None = None, state_cache: int | None = None) -> None:
-        self.only, self.state_cache = only, state_cache
+    def __init__(self, only: str | None = None, state_cache: int | None = None,
+                 roles: dict[str, str] | None = None) -> None:
+        self.only, self.state_cache, self.roles = only, state_cache, roles or {}
 
     def __call__(self) -> Pool:
         base = Pool.preset("local").config
@@ -62,7 +63,7 @@ class PoolFactory:
         if self.only is not None:
             config = PoolConfig(models=models)
         else:
-            config = base.model_copy(update={"models": models})
+            config = base.model_copy(update={"models": models, **self.roles})
         label = "local" if self.only is None else self.only
         return Pool(config, source=f"preset '{label}'" + ("" if self.state_cache is None else f" state_cache={self.state_cache}"))
 
@@ -192,6 +193,20 @@ async def kv_compare(n: int, store: TraceStore, state: dict[str, str], state_pat
         print(f"\nper-episode time, before / after: {before:.1f}s / {after:.1f}s = {before / after:.2f}x")
 
 
+async def roles_compare(n: int, store: TraceStore, state: dict[str, str], state_path: Path) -> None:
+    """para on n 3-digit products with each (orchestrator, synthesizer) pair of the two Qwen models."""
+    dataset = "bigbench:arithmetic/3_digit_multiplication"
+    rows = []
+    for orch in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
+        for synth in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
+            roles = {"orchestrator": orch, "synthesizer": synth, "executor": orch}
+            config = EvalConfig(dataset=dataset, strategies=["para"], limit=n, seed=7, concurrency=1,
+                                pool="local", budget=BUDGET, options=OPTIONS)
+            run_id = await _run(f"roles/{orch}/{synth}/{n}", config, PoolFactory(roles=roles), store, state, state_path)
+            rows.append(_row(f"orchestrator {orch}, synthesizer {synth}", summarize(store, run_id)[0]))
+    print(_fmt(rows, f"Roles: para on {n} 3-digit products (executor = orchestrator)"))
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--limit", type=int, default=5, help="examples per task (default 5)")
@@ -199,6 +214,7 @@ async def main() -> None:
     ap.add_argument("--strategies", default="core", help="'core' (%s), 'all', or a comma-separated list" % ",".join(CORE))
     ap.add_argument("--no-single", action="store_true", help="skip `direct` on each single model")
     ap.add_argument("--kv-compare", type=int, default=0, metavar="N", help="first compare state cache off/on on N episodes")
+    ap.add_argument("--roles", type=int, default=0, metavar="N", help="first compare orchestrator/synthesizer pairs on N episodes")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=Path("bench/out/local_pool"))
     args = ap.parse_args()
@@ -208,6 +224,8 @@ async def main() -> None:
     state = _load_state(state_path)
     if args.kv_compare:
         await kv_compare(args.kv_compare, store, state, state_path)
+    if args.roles:
+        await roles_compare(args.roles, store, state, state_path)
     names = sorted(strategies()) if args.strategies == "all" else CORE if args.strategies == "core" else args.strategies.split(",")
     tasks = [] if args.tasks == "none" else args.tasks.split(",")
     per_task: dict[str, list[dict[str, Any]]] = {}
