@@ -5,13 +5,20 @@ instance serves one request at a time behind a lock. The chat template comes
 from the GGUF file; prompt and output token ids and per-token log-probs are
 recorded exactly as generated, so training never re-tokenizes. JSON schemas are
 enforced with a llama.cpp grammar.
+
+Two things keep an embedded model fast when it serves interleaved roles next to
+other models: the KV states of recent prompts are kept (``_kv_cache``), so a long
+shared prefix such as an orchestrator's system prompt is evaluated once, not on
+every decision; and the process's threads are split among the models generating
+at the same moment (``_threads``). Each Completion's ``extra`` says how many prompt
+tokens were reused (``prompt_reused``) and evaluated (``prompt_evaluated``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import importlib.util
-import os
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -22,12 +29,27 @@ import orjson
 
 from .._errors import ConfigError, ModelError, ModelNotFoundError
 from ._cost import Price, cost_of
+from ._kv_cache import PrefixStateCache, common_prefix, load_state, reusable, save_state
+from ._threads import BUDGET, env_threads
 from ._types import Completion, GenerateConfig, Message, Usage
 from .pool import ModelSpec
 
-# Measured with bench/threads.py on the 2-core development machine: with other
-# work on the cores, one thread held its speed while two threads collapsed.
+# default_threads() is $ORCHESTRION_THREADS, else DEFAULT_THREADS: the fixed count for thread
+# users outside the embedded models (torch in train/_policy). Measured with bench/threads.py on
+# the 2-core development machine: with other work on the cores, one thread held its speed while
+# two threads collapsed. The embedded models themselves share _threads.thread_total() among
+# those generating at the moment (a fixed `n_threads` opts out); on 2 cores with
+# ORCHESTRION_THREADS unset that is 1 thread, for prompt batches too (measurements in _threads).
 DEFAULT_THREADS = 1
+# The prompt is decoded in chunks that start at multiples of PROMPT_CHUNK, and a reused prefix
+# is cut back to such a multiple. llama.cpp's CPU kernels give slightly different numbers for a
+# token depending on the batch it is decoded in (Qwen2.5-Coder-1.5B: log-probs moved by up to
+# 0.08 when only the first 5 prompt tokens were reused), so aligned chunks are what make a
+# reused prefix, loaded or live, give bit-for-bit the log-probs of a fresh evaluation (checked
+# on 1.5B with chunks of 32 and 128). Measured prompt speed on Qwen2.5-Coder-0.5B, 1 thread, by
+# chunk: 512: 80 tok/s, 128: 81, 64: 79, 32: 72, 16: 62. 64 costs at most 63 re-decoded tokens.
+# Between chunks a call also takes its current thread share.
+PROMPT_CHUNK = 64
 
 
 def find_smollm2_gguf() -> Path:
@@ -44,17 +66,12 @@ def find_smollm2_gguf() -> Path:
     return found[0]
 
 
+log = logging.getLogger(__name__)
+
+
 def default_threads() -> int:
-    raw = os.environ.get("ORCHESTRION_THREADS")
-    if raw is None:
-        return DEFAULT_THREADS
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"ORCHESTRION_THREADS='{raw}' is not a whole number") from None
-    if value < 1:
-        raise ConfigError("ORCHESTRION_THREADS must be at least 1")
-    return value
+    """``$ORCHESTRION_THREADS`` when set, else ``DEFAULT_THREADS``."""
+    return env_threads() or DEFAULT_THREADS
 
 
 class LlamaCppModel:
@@ -71,17 +88,21 @@ class LlamaCppModel:
         n_threads: int | None = None,
         price: Price | None = None,
         lora_path: str | None = None,
+        state_cache: int = 4,
     ) -> None:
         self.name = name
         self.path = Path(path) if path else None
         self.n_ctx = n_ctx
-        self.n_threads = n_threads or default_threads()
+        # a fixed thread count; None = this model's share of the process budget (_threads)
+        self.n_threads = n_threads
         self.price = price
         self.lora_path = lora_path
+        self.states = PrefixStateCache(state_cache, align=PROMPT_CHUNK)
         self._llm: Any = None
         self._formatter: Any = None
         self._lock = threading.Lock()
         self._grammars: dict[str, Any] = {}
+        self._threads_set = (0, 0)
 
     def _load(self) -> None:
         if self._llm is not None:
@@ -96,7 +117,10 @@ class LlamaCppModel:
         path = self.path or find_smollm2_gguf()
         if not path.is_file():
             raise ModelNotFoundError(f"model '{self.name}': GGUF file {path} does not exist; fix `path:` in pool.yaml")
-        kwargs: dict[str, Any] = {"n_ctx": self.n_ctx, "n_threads": self.n_threads, "verbose": False}
+        threads = self._thread_counts()
+        kwargs: dict[str, Any] = {
+            "n_ctx": self.n_ctx, "n_threads": threads[0], "n_threads_batch": threads[1], "verbose": False,
+        }
         if self.lora_path:
             # a .gguf adapter, or a directory `orchestrion train sft` wrote
             from ..train.adapter import resolve_adapter
@@ -112,7 +136,87 @@ class LlamaCppModel:
         eos = llm.detokenize([llm.token_eos()]).decode("utf-8", errors="ignore")
         bos = llm.detokenize([llm.token_bos()]).decode("utf-8", errors="ignore")
         self._formatter = Jinja2ChatFormatter(template=template, eos_token=eos, bos_token=bos)
+        self._threads_set = threads
         self._llm = llm
+
+    def _thread_counts(self) -> tuple[int, int]:
+        """(decode threads, prompt-batch threads): this model's share of the budget now."""
+        n = BUDGET.threads(self.n_threads)
+        return n, n
+
+    def _apply_threads(self, llm: Any) -> int:
+        """Set this call's share of the thread budget on the context; returns the budget epoch seen."""
+        epoch = BUDGET.epoch
+        counts = self._thread_counts()
+        if counts != self._threads_set:
+            import llama_cpp
+
+            llama_cpp.llama_set_n_threads(llm.ctx, *counts)
+            self._threads_set = counts
+        return epoch
+
+    def _reuse_prefix(self, llm: Any, prompt_ids: list[int]) -> int:
+        """Load the saved state sharing the longest prefix with the prompt when it beats the
+        live context; returns how many prompt tokens need not be evaluated again (never all:
+        the last one is always decoded, so sampling starts from fresh logits)."""
+        if llm._is_recurrent or llm._is_hybrid:  # their memory cannot be cut back to a prefix
+            llm.reset()
+            return 0
+        n_live = int(llm.n_tokens)
+        live = common_prefix(llm.input_ids[:n_live].tolist(), prompt_ids)
+        hit = self.states.best(prompt_ids, live)
+        if hit is not None:
+            try:
+                load_state(llm, hit[0])
+                live = hit[1]
+            except RuntimeError as exc:
+                log.warning("model '%s': %s; evaluating the whole prompt", self.name, exc)
+                return 0
+        return self.states.aligned(reusable(live, len(prompt_ids)))
+
+    def _prepare_prompt(self, llm: Any, prompt_ids: list[int], epoch: int) -> tuple[int, int]:
+        """Reuse what can be reused and decode the rest of the prompt; returns the prompt tokens
+        reused and the budget epoch. Should decoding after a reused prefix fail, the context is
+        emptied and the whole prompt decoded again."""
+        reused = self._reuse_prefix(llm, prompt_ids)
+        try:
+            return reused, self._eval_prompt(llm, prompt_ids, reused, epoch)
+        except RuntimeError as exc:
+            if reused == 0:
+                raise
+            log.warning("model '%s': decoding after a reused prefix failed (%s); decoding the whole prompt",
+                        self.name, exc)
+        llm.reset()
+        return 0, self._eval_prompt(llm, prompt_ids, 0, epoch)
+
+    def _eval_prompt(self, llm: Any, prompt_ids: list[int], reused: int, epoch: int) -> int:
+        """Decode the prompt after its first ``reused`` tokens (a multiple of PROMPT_CHUNK) in
+        aligned chunks, taking the current thread share before each. ``generate(prompt_ids,
+        reset=True)`` then finds the whole prompt in the live context, freshly decoded (so
+        ``_requires_eval`` is false), and samples at once without decoding it again."""
+        llm.n_tokens = reused  # eval() drops the KV cells after the kept prefix
+        i = reused
+        while i < len(prompt_ids):
+            if BUDGET.epoch != epoch:
+                epoch = self._apply_threads(llm)
+            end = min(len(prompt_ids), (i // PROMPT_CHUNK + 1) * PROMPT_CHUNK)
+            llm.eval(prompt_ids[i:end])
+            i = end
+        return epoch
+
+    def _remember(self, llm: Any, prompt_len: int) -> None:
+        """Save the live context's KV state (prompt + output) when it adds a new prefix."""
+        tokens = llm.input_ids[: int(llm.n_tokens)].tolist()
+        if llm._is_recurrent or llm._is_hybrid or not self.states.wants(tokens, prompt_len):
+            return
+        try:
+            state = save_state(llm)
+        except RuntimeError as exc:
+            log.warning("model '%s': %s; state not kept", self.name, exc)
+            return
+        self.states.put(state)
+        log.debug("model '%s': kept a KV state of %d tokens, %d bytes (%d states, %d bytes)",
+                  self.name, len(state.tokens), state.nbytes, len(self.states), self.states.nbytes)
 
     def _grammar(self, schema: dict[str, Any]) -> Any:
         key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode()
@@ -147,24 +251,11 @@ class LlamaCppModel:
             grammar = self._grammar(config.json_schema) if config.json_schema else None
             if config.seed is not None:
                 llm.set_seed(config.seed)
-            out_ids: list[int] = []
-            logprobs: list[float] = []
-            finish = "length"
-            eog = getattr(llm._model, "token_is_eog", None)
-            for tok in llm.generate(
-                prompt_ids, temp=config.temperature, top_p=config.top_p, grammar=grammar, reset=True
-            ):
-                if tok == llm.token_eos() or (eog is not None and eog(tok)):
-                    finish = "stop"
-                    break
-                out_ids.append(tok)
-                if config.logprobs:
-                    logprobs.append(_logprob(llm, tok))
-                if config.stop and _hits_stop(llm, out_ids, config.stop):
-                    finish = "stop"
-                    break
-                if len(out_ids) >= config.max_tokens:
-                    break
+            with BUDGET.generating():
+                epoch = self._apply_threads(llm)
+                reused, epoch = self._prepare_prompt(llm, prompt_ids, epoch)
+                out_ids, logprobs, finish = self._generate(llm, prompt_ids, config, grammar, epoch)
+            self._remember(llm, len(prompt_ids))
             text = llm.detokenize(out_ids).decode("utf-8", errors="ignore")
         for s in config.stop:
             if s in text:
@@ -185,7 +276,31 @@ class LlamaCppModel:
             token_ids=out_ids,
             logprobs=logprobs if config.logprobs else None,
             structured_mode="grammar" if grammar is not None else None,
+            extra={"prompt_reused": reused, "prompt_evaluated": len(prompt_ids) - reused},
         )
+
+    def _generate(
+        self, llm: Any, prompt_ids: list[int], config: GenerateConfig, grammar: Any, epoch: int
+    ) -> tuple[list[int], list[float], str]:
+        out_ids: list[int] = []
+        logprobs: list[float] = []
+        finish = "length"
+        eog = getattr(llm._model, "token_is_eog", None)
+        for tok in llm.generate(prompt_ids, temp=config.temperature, top_p=config.top_p, grammar=grammar, reset=True):
+            if BUDGET.epoch != epoch:  # another model started or finished: take the new share
+                epoch = self._apply_threads(llm)
+            if tok == llm.token_eos() or (eog is not None and eog(tok)):
+                finish = "stop"
+                break
+            out_ids.append(tok)
+            if config.logprobs:
+                logprobs.append(_logprob(llm, tok))
+            if config.stop and _hits_stop(llm, out_ids, config.stop):
+                finish = "stop"
+                break
+            if len(out_ids) >= config.max_tokens:
+                break
+        return out_ids, logprobs, finish
 
     async def complete(self, messages: Sequence[Message], config: GenerateConfig) -> Completion:
         return await asyncio.to_thread(self._complete_sync, messages, config)
@@ -220,4 +335,5 @@ def from_spec(spec: ModelSpec) -> LlamaCppModel:
         n_threads=spec.n_threads,
         price=spec.price,
         lora_path=spec.lora_path,
+        state_cache=spec.state_cache,
     )
