@@ -26,21 +26,28 @@ PoolOpt = Annotated[Path | None, typer.Option(
 DbOpt = Annotated[Path | None, typer.Option("--db", help="trace database; default $ORCHESTRION_DB or ~/.orchestrion/traces.db")]
 
 
-def friendly(fn: F) -> F:
-    """Turn Orchestrion errors and Ctrl-C into one line on stderr and a non-zero exit."""
+def friendly_with(interrupted: str) -> Callable[[F], F]:
+    """Turn Orchestrion errors into one line on stderr (exit 2) and Ctrl-C into ``interrupted``
+    (exit 130). Messages are printed as plain text: hints such as ``orchestrion[serve]`` survive."""
 
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return fn(*args, **kwargs)
-        except OrchestrionError as exc:
-            err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, markup=True)
-            raise typer.Exit(2) from None
-        except KeyboardInterrupt:
-            err.print("interrupted; the trace so far is kept")
-            raise typer.Exit(130) from None
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except OrchestrionError as exc:
+                err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, markup=True)
+                raise typer.Exit(2) from None
+            except KeyboardInterrupt:
+                err.print(interrupted, markup=False, highlight=False)
+                raise typer.Exit(130) from None
 
-    return wrapper  # type: ignore[return-value]
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+friendly = friendly_with("interrupted; the trace so far is kept")
 
 
 def parse_settings(pairs: list[str]) -> dict[str, Any]:

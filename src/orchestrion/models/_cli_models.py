@@ -2,44 +2,21 @@
 
 from __future__ import annotations
 
-import functools
 import signal
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .._cli_common import err, out
-from .._errors import ModelNotFoundError, ModelUnavailableError, OrchestrionError
+from .._cli_common import err, friendly_with, out
+from .._errors import ModelNotFoundError, ModelUnavailableError
 
-F = TypeVar("F", bound=Callable[..., Any])
 NamesArg = Annotated[list[str] | None, typer.Argument(help="catalog model names; none = every model", show_default=False)]
-
-
-def _plain_errors(interrupted: str) -> Callable[[F], F]:
-    """One-line errors printed without Rich markup (hints such as `orchestrion[server-local]` survive)."""
-
-    def decorate(fn: F) -> F:
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return fn(*args, **kwargs)
-            except OrchestrionError as exc:
-                err.print(Text.assemble(("error:", "red"), " ", str(exc)), highlight=False)
-                raise typer.Exit(2) from None
-            except KeyboardInterrupt:
-                err.print(interrupted, markup=False, highlight=False)
-                raise typer.Exit(130) from None
-
-        return wrapper  # type: ignore[return-value]
-
-    return decorate
 
 
 def _names(names: list[str] | None) -> list[str]:
@@ -135,7 +112,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(models_app, name="models")
 
     @models_app.command("list")
-    @_plain_errors("interrupted")
+    @friendly_with("interrupted")
     def list_cmd(
         verify: Annotated[bool, typer.Option("--verify", help="hash every pulled file in full")] = False,
     ) -> None:
@@ -148,7 +125,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(1)
 
     @models_app.command("pull")
-    @_plain_errors("interrupted; run the same command again to resume (downloaded parts are kept)")
+    @friendly_with("interrupted; run the same command again to resume (downloaded parts are kept)")
     def pull_cmd(
         names: NamesArg = None,
         force: Annotated[bool, typer.Option("--force", help="fetch again even if the file checks out")] = False,
@@ -157,7 +134,7 @@ def register(app: typer.Typer) -> None:
         _pull(_names(names), force)
 
     @models_app.command("rm")
-    @_plain_errors("interrupted")
+    @friendly_with("interrupted")
     def rm_cmd(names: Annotated[list[str], typer.Argument(help="catalog model names")]) -> None:
         """Delete pulled model files, their check records and kept downloads."""
         from .catalog import CATALOG, installed_file, remove
@@ -173,7 +150,7 @@ def register(app: typer.Typer) -> None:
                           markup=False, highlight=False)
 
     @models_app.command("serve")
-    @_plain_errors("interrupted")
+    @friendly_with("interrupted")
     def serve_cmd(
         names: NamesArg = None,
         host: Annotated[str, typer.Option("--host", help="bind address; loopback by default")] = "127.0.0.1",
