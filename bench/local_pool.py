@@ -36,7 +36,7 @@ from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
 from orchestrion.eval.summary import StrategySummary
 from orchestrion.models.pool import PoolConfig
 from orchestrion.models.presets import LOCAL_MODELS
-from orchestrion.strategies.base import strategies
+from orchestrion.strategies.base import get_strategy, strategies
 
 TASKS = [
     "arithmetic/3_digit_multiplication", "arithmetic/2_digit_division",
@@ -46,6 +46,12 @@ CORE = ["direct", "cot", "para", "uno", "router"]
 # bounded so that one slow episode cannot eat the run; a stop is recorded as budget_exceeded
 BUDGET = {"wall_s": 300}
 OPTIONS: dict[str, Any] = {"max_rounds": 4}
+
+
+def _options(names: list[str]) -> dict[str, Any]:
+    """OPTIONS that at least one of ``names`` declares (each strategy takes the ones it has)."""
+    fields = {f for name in names for f in get_strategy(name).Options.model_fields}
+    return {k: v for k, v in OPTIONS.items() if k in fields}
 
 
 class PoolFactory:
@@ -183,7 +189,7 @@ async def kv_compare(n: int, store: TraceStore, state: dict[str, str], state_pat
     for label, cache in (("state cache off (before)", 0), ("state cache on (after)", None)):
         key = f"kv/{cache}/{n}"
         config = EvalConfig(dataset=dataset, strategies=["para"], limit=n, seed=7, concurrency=1,
-                            pool="local", budget=BUDGET, options=OPTIONS)
+                            pool="local", budget=BUDGET, options=_options(["para"]))
         run_id = await _run(key, config, PoolFactory(state_cache=cache), store, state, state_path)
         s = summarize(store, run_id)[0]
         rows.append(_row(label, s))
@@ -201,7 +207,7 @@ async def roles_compare(n: int, store: TraceStore, state: dict[str, str], state_
         for synth in ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"):
             roles = {"orchestrator": orch, "synthesizer": synth, "executor": orch}
             config = EvalConfig(dataset=dataset, strategies=["para"], limit=n, seed=7, concurrency=1,
-                                pool="local", budget=BUDGET, options=OPTIONS)
+                                pool="local", budget=BUDGET, options=_options(["para"]))
             run_id = await _run(f"roles/{orch}/{synth}/{n}", config, PoolFactory(roles=roles), store, state, state_path)
             rows.append(_row(f"orchestrator {orch}, synthesizer {synth}", summarize(store, run_id)[0]))
     print(_fmt(rows, f"Roles: para on {n} 3-digit products (executor = orchestrator)"))
@@ -235,11 +241,11 @@ async def main() -> None:
         if not args.no_single:
             for model in LOCAL_MODELS:
                 config = EvalConfig(dataset=dataset, strategies=["direct"], limit=args.limit, seed=args.seed,
-                                    concurrency=1, pool=model, budget=BUDGET, options=OPTIONS)
+                                    concurrency=1, pool=model, budget=BUDGET, options=_options(["direct"]))
                 run_id = await _run(f"{task}/direct@{model}/{args.limit}", config, PoolFactory(only=model), store, state, state_path)
                 rows += [_row(f"direct on {model}", s) for s in summarize(store, run_id)]
         config = EvalConfig(dataset=dataset, strategies=names, limit=args.limit, seed=args.seed, concurrency=1,
-                            pool="local", budget=BUDGET, options=OPTIONS)
+                            pool="local", budget=BUDGET, options=_options(names))
         run_id = await _run(f"{task}/local/{','.join(names)}/{args.limit}", config, PoolFactory(), store, state, state_path)
         rows += [_row(f"{s.strategy} (local pool)", s) for s in summarize(store, run_id)]
         per_task[task] = rows

@@ -20,6 +20,7 @@ from .models._types import Usage
 from .models.pool import Pool
 from .runtime.budget import Budget, BudgetTracker
 from .runtime.context import RunContext
+from .runtime.options import episode_options
 from .strategies.base import Strategy, Task, get_strategy
 from .tools.defaults import default_tools
 from .tools.registry import ToolRegistry
@@ -114,17 +115,20 @@ async def solve(
     the_task = task if isinstance(task, Task) else Task(prompt=task)
     the_strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
     the_pool = load_pool(pool)
+    # validated before the episode starts: a bad option is a ConfigError, not a half-written episode
+    settings = episode_options(the_strategy.Options, the_strategy.name, the_pool.config.strategies.get(the_strategy.name, {}),
+                               the_pool.source, options)
+    opts = settings.model_dump(mode="json", exclude_unset=True)
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
-    opts = {**the_pool.config.strategies.get(the_strategy.name, {}), **(options or {})}
     episode_id = new_id()
     tracer = Tracer(the_store, episode_id)
     tracker = BudgetTracker(budget)
-    ctx = RunContext(the_pool, tools or default_tools(), tracer, tracker, opts)
+    ctx = RunContext(the_pool, tools or default_tools(), tracer, tracker, settings)
     started = time.time()
-    the_store.submit(
-        "INSERT INTO episodes (id, run_id, task_id, epoch, strategy, task, status, started, meta) VALUES (?,?,?,?,?,?,?,?,?)",
-        (episode_id, run_id, the_task.id, epoch, the_strategy.name, dumps(the_task.model_dump()), "running", started,
-         dumps({"pool": the_pool.source, "options": opts, "budget": tracker.budget.model_dump()})),
+    the_store.start_episode(
+        episode_id, run_id=run_id, task_id=the_task.id, epoch=epoch, strategy=the_strategy.name,
+        task=the_task.model_dump(), started=started,
+        meta={"pool": the_pool.source, "options": opts, "budget": tracker.budget.model_dump()},
     )
     answer, status, error, meta = "", "ok", None, {}
     root = tracer.start("episode", the_strategy.name, task=the_task.prompt)
@@ -155,12 +159,8 @@ async def solve(
         if scorer is not None and status != "cancelled":
             grounding = await _score_results(scorer, the_task, ctx.results)  # before the answer's score
             scored = {**await _score(scorer, the_task, answer), **grounding}
-        the_store.submit(
-            "UPDATE episodes SET status=?, answer=?, error=?, ended=?, input_tokens=?, output_tokens=?, "
-            "cost_usd=?, cost_units=?, meta=json_patch(meta, ?), finished=1 WHERE id=?",
-            (status, answer, error, ended, usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.cost_units,
-             dumps({**scored, "result": meta}), episode_id),
-        )
+        the_store.finish_episode(episode_id, status=status, answer=answer, error=error, ended=ended, usage=usage,
+                                 meta_patch={**scored, "result": meta})
         await asyncio.shield(the_store.aflush())
     return EpisodeResult(answer, status, the_strategy.name, usage, ended - started, episode_id, error, meta)
 

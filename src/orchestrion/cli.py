@@ -100,7 +100,7 @@ def trace_export(
 ) -> None:
     """Export episodes (spans, events, decisions) as JSON lines."""
     store = TraceStore(db)
-    chosen = ids or [r["id"] for r in store.query("SELECT id FROM episodes ORDER BY started")]
+    chosen = ids or store.episode_ids()
     n = export_jsonl(store, chosen, out_path)
     err.print(f"wrote {n} episodes to {out_path}")
 
@@ -144,9 +144,28 @@ def pool_cmd(pool: PoolOpt = None) -> None:
 
 
 @app.command("strategies")
-def strategies_cmd(names: Annotated[bool, typer.Option("--names", help="names only, one per line")] = False) -> None:
-    """List the orchestration strategies."""
+@friendly
+def strategies_cmd(
+    name: Annotated[str | None, typer.Argument(help="a strategy: print its options (name, type, default, description)")] = None,
+    names: Annotated[bool, typer.Option("--names", help="names only, one per line (with NAME: its option names)")] = False,
+) -> None:
+    """List the orchestration strategies, or the options of one (`orchestrion strategies para`)."""
+    from .runtime.options import options_table
+    from .strategies.base import get_strategy
+
     found = strategies()
+    if name is not None:
+        chosen = type(get_strategy(name))  # an unknown name: one-line error naming the known ones, exit 2
+        rows = options_table(chosen.Options)
+        if names:
+            sys.stdout.write("\n".join(row[0] for row in rows) + "\n")
+            return
+        table = Table("option", "type", "default", "description",
+                      title=f"{name}: {chosen.summary}", caption="set with --set KEY=VALUE, or in pool.yaml under strategies:")
+        for row in rows:
+            table.add_row(*row)
+        out.print(table, highlight=False, markup=False)
+        return
     if names:
         sys.stdout.write("\n".join(sorted(found)) + "\n")
         return

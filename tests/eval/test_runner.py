@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from orchestrion import Answer, GenerateConfig, Message, Pool, ScriptedModel, Strategy, Task, ToolRegistry, TraceStore, solve
+from orchestrion import Answer, ConfigError, GenerateConfig, Message, Pool, ScriptedModel, Strategy, Task, ToolRegistry, TraceStore, solve
 from orchestrion.cli import app
 from orchestrion.eval.runner import EvalConfig, Observer, Tally, run_eval, unique_ids, work_items
 from orchestrion.eval.summary import summarize
@@ -278,3 +278,20 @@ async def test_grounding_rate_counts_episodes_whose_results_held_the_answer(tmp_
     [s] = summarize(store, run.run_id)
     assert s.accuracy == pytest.approx(1 / 3)
     assert s.grounded_episodes == 2 and s.grounding_rate == pytest.approx(0.5)
+
+
+async def test_run_options_go_to_the_strategies_that_have_them(tmp_path: Path, store: TraceStore) -> None:
+    data = f"jsonl:{write_jsonl(tmp_path / 'd.jsonl', ROWS[:1])}"
+    pool = arithmetic_pool()
+    run = await run_eval(EvalConfig(dataset=data, strategies=["direct", "vote"], options={"k": 2}),
+                         store, pool=lambda: pool)
+    eps = store.query("SELECT strategy, status, meta FROM episodes WHERE run_id = ?", (run.run_id,))
+    assert {e["strategy"]: e["status"] for e in eps} == {"direct": "ok", "vote": "ok"}
+    options = {e["strategy"]: json.loads(e["meta"])["options"] for e in eps}
+    assert options["vote"]["k"] == 2 and "k" not in options["direct"]
+    with pytest.raises(ConfigError, match="did you mean 'max_rounds'"):
+        await run_eval(EvalConfig(dataset=data, strategies=["direct", "para"], options={"max_round": 1}), store,
+                       pool=lambda: pool)
+    with pytest.raises(ConfigError, match="max_rounds"):
+        await run_eval(EvalConfig(dataset=data, strategies=["para"], options={"max_rounds": "many"}), store,
+                       pool=lambda: pool)

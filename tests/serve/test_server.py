@@ -303,6 +303,7 @@ def test_oversized_body_is_413(store: TraceStore) -> None:
     ({"model": "orchestrion/direct", "messages": [{"role": "user", "content": "  "}]}, "has no text"),
     ({"model": "orchestrion/direct", "messages": ASK, "n": 2}, "n=1"),
     ({"model": "orchestrion/direct", "messages": ASK, "max_tokens": 0}, "'max_tokens'"),
+    ({"model": "orchestrion/para", "messages": ASK, "orchestrion": {"options": {"max_round": 2}}}, "'max_rounds'"),
 ])
 def test_malformed_request_is_400(store: TraceStore, body: Any, needle: str) -> None:
     with serving(direct_pool(), store) as url:

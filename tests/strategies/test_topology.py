@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from orchestrion import Budget, GenerateConfig, Message, PlanError, Pool, ScriptedModel, Subtask, Tool, ToolRegistry, TraceStore, solve
+from orchestrion import Budget, ConfigError, GenerateConfig, Message, PlanError, Pool, ScriptedModel, Subtask, Tool, ToolRegistry, TraceStore, solve
 from orchestrion.strategies.topology import WorkCounter, consistency, dag_features, route, support
 from orchestrion.tools.agents import agent_tools
 from tests.helpers import SlowTool as Slow
@@ -214,9 +214,10 @@ async def test_forced_topology_and_bad_option(store: TraceStore) -> None:
     assert res.meta["routed"] == "parallel" and res.meta["topology"] == "sequential"
     assert slow.windows["B"][0] >= slow.windows["A"][1]
     model2, _ = orchestrator([plan(("a", "A", "slow", []))])
-    res2 = await run(store, model2, Slow(0.0), topology="ring")
-    assert res2.status == "error" and "topology='ring'" in (res2.error or "")
+    with pytest.raises(ConfigError, match=r"option 'topology' = 'ring': expected 'auto' \| 'parallel'"):
+        await run(store, model2, Slow(0.0), topology="ring")
     assert model2.calls == []  # rejected before any model call
+    assert store.query("SELECT id FROM episodes WHERE strategy = 'topology' AND status = 'error'") == []
 
 
 async def test_invalid_decomposition_repaired_then_fallback(store: TraceStore) -> None:

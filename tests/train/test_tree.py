@@ -60,7 +60,7 @@ async def test_replay_hook_reuses_outputs_without_model_calls(store: TraceStore)
 
 
 async def test_replay_option_must_be_a_list(store: TraceStore) -> None:
-    with pytest.raises(ConfigError, match="replay_decisions must be a list"):
+    with pytest.raises(ConfigError, match=r"option .replay_decisions. = .*: expected list\[str\]"):
         await solve(TASK, strategy="para", pool=Pool.from_models([queued(["1"])]), store=store,
                     options={"replay_decisions": lookup("1")})
 

@@ -25,7 +25,8 @@ from .._errors import ConfigError
 from ..api import solve
 from ..models.pool import Pool, PoolConfig
 from ..runtime.budget import Budget
-from ..strategies.base import Task
+from ..runtime.options import options_for
+from ..strategies.base import Task, get_strategy
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
@@ -114,7 +115,7 @@ async def run_episode(item: WorkItem, job: EpisodeJob, pool: Pool, store: TraceS
         scored.update(fields)
         return dict(fields)
 
-    options = dict(job.options)
+    options = options_for(type(get_strategy(item.strategy)).Options, job.options)  # each strategy takes its own
     if job.seed is not None:
         options["seed"] = job.seed + item.epoch
     try:
@@ -268,8 +269,8 @@ def _ray_episode(item: WorkItem, job: EpisodeJob) -> tuple[Outcome, Rows]:
 
 def _rows_of_run(store: TraceStore) -> Rows:
     """The rows of the one episode in a worker's store, when solve raised before returning its id."""
-    found = store.query("SELECT id FROM episodes LIMIT 1")
-    return store.export_episode_rows(found[0]["id"]) if found else {}
+    found = store.episode_ids(limit=1)
+    return store.export_episode_rows(found[0]) if found else {}
 
 
 def make_executor(name: str, *, concurrency: int, ray_address: str | None = None) -> Executor:

@@ -10,7 +10,6 @@ no counted episode yet and marks the unfinished leftovers ``interrupted``.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -19,9 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from .._errors import ConfigError
 from ..runtime.budget import Budget
+from ..runtime.options import check_run_options
 from ..strategies.base import Task, get_strategy
 from ..trace.store import TraceStore
-from ..trace.tracer import dumps, new_id
+from ..trace.tracer import new_id
 from .executors import EpisodeJob, Executor, Outcome, PoolFactory, PoolSource, WorkItem, make_executor
 from .summary import counted_episodes, run_info
 
@@ -101,9 +101,10 @@ class Observer:
         """One episode is committed; ``tally`` includes it."""
 
 
-def check_strategies(names: list[str]) -> None:
-    for name in names:
-        get_strategy(name)  # StrategyNotFoundError names the known ones
+def check_strategies(names: list[str], options: dict[str, Any] | None = None) -> None:
+    """Every strategy exists, and every option belongs to (and is valid for) one of them."""
+    classes = {name: type(get_strategy(name)).Options for name in names}  # StrategyNotFoundError names the known ones
+    check_run_options(classes, options or {})
 
 
 def unique_ids(tasks: list[Task]) -> list[Task]:
@@ -142,12 +143,11 @@ def resume_config(store: TraceStore, run_id: str) -> tuple[str, EvalConfig]:
 
 def _mark_interrupted(store: TraceStore, run_id: str) -> None:
     """Unfinished or cancelled episodes of the run become ``interrupted`` (kept, never counted)."""
-    store.submit("UPDATE episodes SET status = 'interrupted' WHERE run_id = ? AND (finished = 0 OR status = 'cancelled')",
-                 (run_id,))
+    store.mark_interrupted(run_id)
 
 
 def _set_status(store: TraceStore, run_id: str, status: str) -> None:
-    store.submit("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
+    store.set_run_status(run_id, status)
 
 
 def _prior(store: TraceStore, run_id: str, total: int) -> tuple[set[tuple[str, str, int]], Tally]:
@@ -185,7 +185,7 @@ async def run_eval(
     watcher = observer or Observer()
     if resume is not None:
         run_id, config = resume_config(store, resume)
-    check_strategies(config.strategies)
+    check_strategies(config.strategies, config.options)
     budget = Budget.model_validate(config.budget)
     tasks, scorer, kind = load_tasks(config)
     ids = [t.id or "" for t in tasks]
@@ -195,8 +195,7 @@ async def run_eval(
     if resume is None:
         run_id = new_id()
         config = config.model_copy(update={"dataset_kind": kind, "task_ids": ids})
-        store.submit("INSERT INTO runs (id, created, kind, config, status) VALUES (?,?,?,?,?)",
-                     (run_id, time.time(), "eval", dumps(config.model_dump()), "running"))
+        store.create_run(run_id, "eval", config.model_dump())
     else:
         if config.task_ids and config.task_ids != ids:
             raise ConfigError(f"run {run_id}: dataset {config.dataset} no longer gives the same tasks "

@@ -19,8 +19,6 @@ from rich.table import Table
 from .._errors import ConfigError
 from ..trace.store import TraceStore
 
-# The SQL condition for an episode that counts (used by the runner for resume too).
-COUNTED = "finished = 1 AND status NOT IN ('interrupted', 'cancelled')"
 # Dataset kinds scored by running code: their summaries carry pass@k.
 CODE_KINDS = frozenset({"humaneval"})
 
@@ -54,7 +52,7 @@ class StrategySummary:
 
 def run_info(store: TraceStore, run_id: str) -> dict[str, Any]:
     """The ``runs`` row (an id prefix is enough) with ``config`` decoded."""
-    rows = store.query("SELECT * FROM runs WHERE id = ? OR id LIKE ?", (run_id, run_id + "%"))
+    rows = store.runs_matching(run_id)
     if not rows:
         raise ConfigError(f"no run '{run_id}' in {store.path}; `orchestrion eval` prints the run id when it starts")
     if len(rows) > 1:
@@ -65,17 +63,9 @@ def run_info(store: TraceStore, run_id: str) -> dict[str, Any]:
 
 
 def counted_episodes(store: TraceStore, run_id: str) -> list[dict[str, Any]]:
-    """The run's counted episodes, one per (task, strategy, epoch), with ``meta`` decoded."""
-    rows = store.query(f"SELECT * FROM episodes WHERE run_id = ? AND {COUNTED} ORDER BY started, rowid", (run_id,))
-    seen: set[tuple[Any, ...]] = set()
-    kept = []
-    for row in rows:
-        key = (row["task_id"], row["strategy"], row["epoch"])
-        if key not in seen:
-            seen.add(key)
-            row["meta"] = orjson.loads(row["meta"]) if row.get("meta") else {}
-            kept.append(row)
-    return kept
+    """The run's counted episodes, one per (task, strategy, epoch), with ``meta`` decoded
+    (used by the runner for resume too)."""
+    return store.counted_episodes(run_id)
 
 
 def summarize(store: TraceStore, run_id: str) -> list[StrategySummary]:
@@ -90,8 +80,8 @@ def summarize(store: TraceStore, run_id: str) -> list[StrategySummary]:
     order += [s for s in by_strategy if s not in order]
     ids = {ep["id"] for ep in episodes}
     invalid, attempts = _decision_counts(store, info["id"], ids)
-    models = _span_counts(store, info["id"], ids, "kind = 'call'", "COALESCE(json_extract(s.attrs, '$.model'), s.name)")
-    tools = _span_counts(store, info["id"], ids, "kind IN ('tool', 'agent')", "COALESCE(json_extract(s.attrs, '$.tool'), s.name)")
+    models = _span_counts(store, info["id"], ids, ("call",), "model")
+    tools = _span_counts(store, info["id"], ids, ("tool", "agent"), "tool")
     code = config.get("dataset_kind") in CODE_KINDS
     return [_summary(name, by_strategy[name], invalid, attempts, models, tools, code) for name in order]
 
@@ -153,26 +143,17 @@ def _pass_at_k(per_task: dict[str, list[dict[str, Any]]], epochs: int) -> dict[i
 
 
 def _decision_counts(store: TraceStore, run_id: str, ids: set[str]) -> tuple[Counter[str], Counter[str]]:
-    rows = store.query(
-        "SELECT d.episode_id AS ep, SUM(d.valid = 0) AS bad, COUNT(*) AS n FROM decisions d "
-        "JOIN episodes e ON e.id = d.episode_id WHERE e.run_id = ? GROUP BY d.episode_id", (run_id,))
     invalid: Counter[str] = Counter()
     attempts: Counter[str] = Counter()
-    for r in rows:
-        if r["ep"] in ids:
-            invalid[r["ep"]], attempts[r["ep"]] = int(r["bad"] or 0), int(r["n"])
+    for ep, (bad, n) in store.decision_counts(run_id).items():
+        if ep in ids:
+            invalid[ep], attempts[ep] = bad, n
     return invalid, attempts
 
 
-def _span_counts(store: TraceStore, run_id: str, ids: set[str], where: str, label: str) -> dict[str, Counter[str]]:
-    rows = store.query(
-        f"SELECT s.episode_id AS ep, {label} AS label, COUNT(*) AS n FROM spans s "
-        f"JOIN episodes e ON e.id = s.episode_id WHERE e.run_id = ? AND s.{where} GROUP BY 1, 2", (run_id,))
-    counts: dict[str, Counter[str]] = defaultdict(Counter)
-    for r in rows:
-        if r["ep"] in ids:
-            counts[r["ep"]][str(r["label"])] += int(r["n"])
-    return counts
+def _span_counts(store: TraceStore, run_id: str, ids: set[str], kinds: tuple[str, ...], attr: str) -> dict[str, Counter[str]]:
+    """Per counted episode: span labels (``attrs[attr]``, else the span name) of the given kinds."""
+    return {ep: c for ep, c in store.span_label_counts(run_id, kinds, attr).items() if ep in ids}
 
 
 def _merge(counts: dict[str, Counter[str]], ids: list[str]) -> dict[str, int]:

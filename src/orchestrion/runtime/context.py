@@ -8,13 +8,13 @@ one place, for every strategy.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
-from .._errors import ConfigError, ModelError
+from .._errors import ModelError
 from ..models._types import Completion, GenerateConfig, Message, Usage
 from ..models.pool import Pool
 from ..models.structured import parse_as, repair_messages, schema_prompt
@@ -22,9 +22,11 @@ from ..tools.envelope import ToolResult, ToolStatus
 from ..tools.registry import ToolRegistry
 from ..trace.tracer import Tracer
 from .budget import BudgetTracker
+from .options import LooseOptions, StrategyOptions, validate_options
 
 T = TypeVar("T", bound=BaseModel)
 R = TypeVar("R")
+O = TypeVar("O", bound=StrategyOptions)
 
 ORCHESTRATOR_CONFIG = GenerateConfig(max_tokens=384, temperature=0.0, logprobs=True)
 Role = Literal["decision", "synthesis", "agent"]
@@ -62,38 +64,54 @@ class RunContext:
         tools: ToolRegistry,
         tracer: Tracer,
         budget: BudgetTracker,
-        options: dict[str, Any] | None = None,
+        options: Mapping[str, Any] | StrategyOptions | None = None,
     ) -> None:
         self.pool = pool
         self.tools = tools
         self.tracer = tracer
         self.budget = budget
-        self.options: dict[str, Any] = dict(options or {})
+        # validated options: the strategy's own Options (from solve), or a plain dict typed loosely
+        self.strategy_options: StrategyOptions = (
+            options if isinstance(options, StrategyOptions)
+            else validate_options(LooseOptions, options or {}, where="options"))
+        self._typed: dict[type[StrategyOptions], StrategyOptions] = {}
         # tree and counterfactual rollouts: the first N decision calls reuse these raw outputs
-        replay = self.options.get("replay_decisions") or []
-        if isinstance(replay, str):
-            raise ConfigError("option replay_decisions must be a list of raw decision outputs, not one string")
-        self._replay: list[str] = [str(o) for o in replay]
+        self._replay: list[str] = list(self.strategy_options.replay_decisions or [])
         self._decision_calls = 0  # model calls made by decide so far, replayed ones included
         # outputs of successful tool and agent calls, in order: the grounding rate scores them
         self.results: list[str] = []
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """The options set for this episode (CLI/API over the pool's strategy YAML), as a dict."""
+        return self.strategy_options.model_dump(exclude_unset=True)
+
+    def options_as(self, cls: type[O]) -> O:
+        """The episode's options as ``cls`` (a strategy's ``Options``): typed, defaults filled in.
+        A key ``cls`` does not declare, or a value of the wrong type, is a one-line ConfigError."""
+        if isinstance(self.strategy_options, cls):
+            return self.strategy_options
+        found = self._typed.get(cls)
+        if found is None:
+            found = self._typed[cls] = validate_options(cls, self.options, where=f"options of {cls.__qualname__}")
+        assert isinstance(found, cls)
+        return found
+
     def option(self, name: str, default: Any) -> Any:
-        """A strategy option: CLI/API value first, then the pool's strategy YAML, then ``default``."""
-        if name in self.options and self.options[name] is not None:
-            return self.options[name]
-        return default
+        """One option by name, for code outside strategies: its validated value when it was set
+        (CLI/API value first, then the pool's strategy YAML) and is not None, else ``default``."""
+        if name not in self.strategy_options.model_fields_set:
+            return default
+        value = getattr(self.strategy_options, name, None)
+        return default if value is None else value
 
     def temperature(self, role: Role) -> float:
         """The sampling temperature of ``role``: option ``ROLE_temperature``, else the pool's
         ``temperature:`` block, else 0 (greedy)."""
-        value = self.option(f"{role}_temperature", None)
+        value: float | None = getattr(self.strategy_options, f"{role}_temperature")
         if value is None:
             return float(getattr(self.pool.config.temperature, role))
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"option {role}_temperature={value!r} is not a number") from None
+        return value
 
     def config(self, role: Role, max_tokens: int = 256) -> GenerateConfig:
         """Generation settings for one call in ``role``, at that role's temperature."""
@@ -104,11 +122,11 @@ class RunContext:
 
         ``--max-parallel 1`` turns any parallel strategy into its serial variant.
         """
-        limit = self.option("max_parallel", None)
+        limit = self.strategy_options.max_parallel
         items = list(work)
-        if not limit or int(limit) >= len(items):
+        if not limit or limit >= len(items):
             return list(await asyncio.gather(*items))
-        gate = asyncio.Semaphore(int(limit))
+        gate = asyncio.Semaphore(limit)
 
         async def gated(item: Awaitable[R]) -> R:
             async with gate:
@@ -222,17 +240,17 @@ class RunContext:
         return decision
 
     def _replayed(self, index: int, model_name: str) -> Completion:
-        """A decision output taken from ``options["replay_decisions"]``: counted as a step, never billed."""
+        """A decision output taken from option ``replay_decisions``: counted as a step, never billed."""
         self.budget.step()
         return Completion(text=self._replay[index], model=model_name, usage=Usage(), latency_s=0.0,
                           finish_reason="replayed")
 
     def _seeded(self, cfg: GenerateConfig, index: int) -> GenerateConfig:
         """With option ``seed``, each decision call gets its own derived seed (distinct, reproducible)."""
-        seed = self.options.get("seed")
+        seed = self.strategy_options.seed
         if cfg.seed is not None or seed is None:
             return cfg
-        return replace(cfg, seed=decision_seed(int(seed), index))
+        return replace(cfg, seed=decision_seed(seed, index))
 
     # -- tool calls ----------------------------------------------------------------
     async def call_tool(

@@ -87,8 +87,8 @@ async def execute_plan(
 
         return Node(sub.id, run, tuple(sub.deps), node_timeout_s)
 
-    limit = ctx.option("max_parallel", None)
-    return await run_dag([make(s) for s in subtasks], max_parallel=int(limit) if limit else None)
+    limit = ctx.strategy_options.max_parallel
+    return await run_dag([make(s) for s in subtasks], max_parallel=limit or None)
 
 
 def results_text(subtasks: list[Subtask], results: Mapping[str, NodeResult], limit: int = 600) -> list[str]:

@@ -14,14 +14,26 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from pydantic import Field
+
 from .._errors import ModelError, PlanError
 from .._prompts import render
 from ..models._types import Message, msg
 from .context import ORCHESTRATOR_CONFIG, RunContext
+from .options import StrategyOptions
 from .plan import Plan, Subtask, validate_plan
 from .protocol import narrow
 
 MAX_SUBTASKS = 8  # Plan's own limit
+
+
+class PlanOptions(StrategyOptions):
+    """Options of the strategies that plan with :func:`ask_plan` and run the plan (milestone, topology)."""
+
+    max_subtasks: int = Field(default=MAX_SUBTASKS, description=f"most subtasks per plan (at most {MAX_SUBTASKS})")
+    plan_repairs: int = Field(default=2, description="re-prompts after a plan with a graph error, before the fallback plan")
+    plan_max_tokens: int = Field(default=512, description="output-token limit of each planning call")
+    node_timeout_s: float | None = Field(default=None, description="time limit per plan node in seconds (default: none)")
 
 
 @dataclass

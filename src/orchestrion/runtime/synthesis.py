@@ -79,8 +79,8 @@ async def synthesize(task: str, results: Sequence[str | Evidence], ctx: RunConte
     with ctx.tracer.span("answer", "synthesis", results=len(shown)) as span:
         out = await ctx.generate(
             [msg("user", render("synthesize", task=task, results=body or "(no results: answer from your own knowledge)"))],
-            model=str(ctx.option("synthesizer", ctx.pool.synthesizer)),
-            config=ctx.config("synthesis", int(ctx.option("max_tokens", 256))),
+            model=ctx.strategy_options.synthesizer or ctx.pool.synthesizer,
+            config=ctx.config("synthesis", ctx.strategy_options.max_tokens),
             name="synthesis",
         )
         text, cited = ground(out.text.strip(), shown)

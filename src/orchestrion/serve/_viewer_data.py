@@ -71,7 +71,7 @@ def parse_correct(value: str | None) -> tuple[bool, bool | None]:
 
 def _runs(store: TraceStore) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for row in store.query("SELECT * FROM runs ORDER BY created"):
+    for row in store.runs():
         config = _dict(loads(row.get("config")))
         dataset = config.get("dataset")
         out[row["id"]] = {"id": row["id"], "kind": row.get("kind"), "created": row.get("created"),
@@ -105,19 +105,10 @@ def episode_summaries(
 ) -> list[dict[str, Any]]:
     """Episodes, newest first, that pass every given filter (empty = no filter)."""
     on, wanted = parse_correct(correct)
-    where, params = [], []
-    if strategy:
-        where.append("strategy = ?")
-        params.append(strategy)
-    if run == NO_RUN:
-        where.append("(run_id IS NULL OR run_id = '')")
-    elif run:
-        where.append("run_id = ?")
-        params.append(run)
-    sql = "SELECT * FROM episodes" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY started DESC"
+    rows = store.episodes(strategy=strategy or None, run_id=run or None, no_run=run == NO_RUN, newest_first=True)
     runs = _runs(store)
     out = []
-    for row in store.query(sql, params):
+    for row in rows:
         s = _summary(row, runs)
         if (dataset and s["dataset"] != dataset) or (on and s["correct"] is not wanted):
             continue

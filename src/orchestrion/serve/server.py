@@ -39,7 +39,7 @@ from ..strategies.base import Task, strategies
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
-from ..trace.tracer import dumps, new_id
+from ..trace.tracer import new_id
 from ._openai_schema import (
     MODEL_PREFIX, SSE_DONE, SSE_KEEPALIVE, ApiError, ChatRequest, SpanProgress, chunk_body, completion_body,
     episode_budget, episode_summary, error_body, finish_reason, parse_request, server_error, sse, strategy_of,
@@ -49,8 +49,6 @@ from ._openai_schema import (
 POLL_S = 0.2  # progress: how often the trace store is read while an episode runs
 DISCONNECT_POLL_S = 0.25  # non-streamed requests: how often the connection is checked
 KEEPALIVE_S = 15.0
-PROGRESS_SQL = ("SELECT id, parent_id, kind, name, status, started, ended, input_tokens, output_tokens FROM spans "
-                "WHERE episode_id = ? AND kind != 'episode' ORDER BY started, rowid")
 
 
 @dataclass(frozen=True)
@@ -150,13 +148,11 @@ class _Service:
             done = episode.done()
             try:
                 await self.store.aflush()
-                rows = await asyncio.to_thread(
-                    self.store.query, "SELECT id, started FROM episodes WHERE run_id = ? AND task_id = ?",
-                    (self.run_id, cid))
+                row = await asyncio.to_thread(self.store.episode_for_task, self.run_id, cid)
             except OrchestrionError as exc:
                 raise server_error(exc) from None
-            if rows:
-                return rows[0]
+            if row is not None:
+                return row
             if done:
                 return None
             await asyncio.sleep(0.01)
@@ -166,7 +162,7 @@ class _Service:
             episode.cancel()
         if self.inflight:
             await asyncio.wait(set(self.inflight), timeout=10)
-        self.store.submit("UPDATE runs SET status = ? WHERE id = ?", ("stopped", self.run_id))
+        self.store.set_run_status(self.run_id, "stopped")
         await self.store.aflush()
 
     def model_card(self, name: str) -> dict[str, Any]:
@@ -180,6 +176,8 @@ def _result(episode: asyncio.Task[EpisodeResult]) -> EpisodeResult:
                        code="cancelled")
     try:
         return episode.result()
+    except ConfigError as exc:  # a bad option or budget in the request: the client's to fix
+        raise ApiError(400, str(exc), code="invalid_option", param="orchestrion.options") from None
     except OrchestrionError as exc:
         raise server_error(exc) from None
 
@@ -211,7 +209,7 @@ async def _events(svc: _Service, req: ChatRequest, cid: str, episode: asyncio.Ta
     progress = SpanProgress(row["started"])
 
     def poll() -> list[dict[str, Any]]:
-        return progress.feed(svc.store.query(PROGRESS_SQL, (row["id"],)))
+        return progress.feed(svc.store.spans(row["id"], exclude_kinds=("episode",), attrs=False))
 
     quiet_since = time.monotonic()
     while True:
@@ -280,9 +278,7 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()}
-        svc.store.submit("INSERT INTO runs (id, created, kind, config, status) VALUES (?,?,?,?,?)",
-                         (svc.run_id, time.time(), "serve", dumps({**config, "pool_source": svc.pool.source}),
-                          "running"))
+        svc.store.create_run(svc.run_id, "serve", {**config, "pool_source": svc.pool.source})
         try:
             yield
         finally:

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from .._errors import StrategyNotFoundError
 from ..runtime.context import RunContext
+from ..runtime.options import StrategyOptions
 
 
 class Task(BaseModel):
@@ -32,11 +33,15 @@ class Answer:
 
 
 class Strategy(ABC):
-    """An orchestration policy. Subclasses set ``name``, ``summary`` and ``paper``."""
+    """An orchestration policy. Subclasses set ``name``, ``summary`` and ``paper``, and declare
+    their options as ``Options``, a :class:`StrategyOptions` subclass (``extra="forbid"``, a
+    default and a ``description`` on every field); ``solve`` reads them with
+    ``ctx.options_as(self.Options)``."""
 
     name: ClassVar[str]
     summary: ClassVar[str]
     paper: ClassVar[str] = "baseline"
+    Options: ClassVar[type[StrategyOptions]] = StrategyOptions
 
     @abstractmethod
     async def solve(self, task: Task, ctx: RunContext) -> Answer:

@@ -18,10 +18,13 @@ import re
 from collections import Counter
 from typing import Any
 
+from pydantic import Field
+
 from .._errors import BudgetExceededError
 from .._prompts import render
 from ..models._types import GenerateConfig, msg
 from ..runtime.context import RunContext
+from ..runtime.options import StrategyOptions
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
 from ..runtime.synthesis import synthesize
 from ..tools.agents import last_line, majority, normalise
@@ -69,19 +72,32 @@ def critique_satisfied(text: str) -> bool:
     return False
 
 
-def _model(ctx: RunContext) -> str:
+class SamplingOptions(StrategyOptions):
+    """Options of the baselines that sample answers themselves."""
+
+    temperature: float | None = Field(
+        default=None, description="sampling temperature of the answer calls (default: the agent temperature)")
+
+
+class ModelOptions(SamplingOptions):
+    """Sampling options plus the model the baseline runs on."""
+
+    model: str | None = Field(default=None, description="pool model to run on (default: the pool's orchestrator)")
+
+
+def _model(ctx: RunContext, opts: ModelOptions) -> str:
     """Option ``model`` (checked against the pool), else the pool's orchestrator."""
-    name = str(ctx.option("model", ctx.pool.orchestrator))
+    name = opts.model or ctx.pool.orchestrator
     ctx.pool.spec(name)
     return name
 
 
-def _config(ctx: RunContext, *, temperature: float | None = None, seed: int | None = None) -> GenerateConfig:
+def _config(ctx: RunContext, opts: SamplingOptions, *, temperature: float | None = None,
+            seed: int | None = None) -> GenerateConfig:
     """Sampling settings from the options; the ``seed`` option makes a run repeatable."""
-    temp = float(ctx.option("temperature", ctx.temperature("agent"))) if temperature is None else temperature
-    if seed is None and ctx.option("seed", None) is not None:
-        seed = int(ctx.option("seed", 0))
-    return GenerateConfig(max_tokens=int(ctx.option("max_tokens", 256)), temperature=temp, seed=seed)
+    if temperature is None:
+        temperature = ctx.temperature("agent") if opts.temperature is None else opts.temperature
+    return GenerateConfig(max_tokens=opts.max_tokens, temperature=temperature, seed=opts.seed if seed is None else seed)
 
 
 @register
@@ -89,8 +105,13 @@ class Direct(Strategy):
     name = "direct"
     summary = "one call to the orchestrator model, no tools"
 
+    class Options(SamplingOptions):
+        """``temperature``, ``max_tokens`` and ``seed`` of the one call."""
+
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
-        out = await ctx.generate([msg("user", render("direct", task=task.prompt))], config=_config(ctx), name="answer")
+        opts = ctx.options_as(self.Options)
+        out = await ctx.generate([msg("user", render("direct", task=task.prompt))], config=_config(ctx, opts),
+                                 name="answer")
         return Answer(out.text.strip(), meta={"model": out.model})
 
 
@@ -101,10 +122,14 @@ class ChainOfThought(Strategy):
     name = "cot"
     summary = "one chain-of-thought call; the answer is the last line"
 
+    class Options(ModelOptions):
+        """``model``, ``temperature``, ``max_tokens`` and ``seed`` of the one call."""
+
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
-        model = _model(ctx)
+        opts = ctx.options_as(self.Options)
+        model = _model(ctx, opts)
         out = await ctx.generate([msg("user", render("cot", task=task.prompt))], model=model,
-                                 config=_config(ctx), name="cot")
+                                 config=_config(ctx, opts), name="cot")
         reasoning = out.text.strip()
         return Answer(extract_answer(reasoning) or reasoning, meta={"model": model, "reasoning": reasoning})
 
@@ -121,15 +146,19 @@ class Vote(Strategy):
     name = "vote"
     summary = "majority vote over k chain-of-thought samples run in parallel (k=5)"
 
+    class Options(ModelOptions):
+        k: int = Field(default=5, description="chain-of-thought samples to vote over (at least 1)")
+        temperature: float = Field(default=0.8, description="sampling temperature of the samples")
+
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
-        k = max(1, int(ctx.option("k", 5)))
-        model = _model(ctx)
-        seed = ctx.option("seed", None)
-        temperature = float(ctx.option("temperature", 0.8))
+        opts = ctx.options_as(self.Options)
+        k = max(1, opts.k)
+        model = _model(ctx, opts)
+        seed = opts.seed
         prompt = [msg("user", render("cot", task=task.prompt))]
         outs = await ctx.parallel(
             ctx.generate(prompt, model=model, name=f"sample {i}",
-                         config=_config(ctx, temperature=temperature, seed=None if seed is None else int(seed) + i))
+                         config=_config(ctx, opts, temperature=opts.temperature, seed=None if seed is None else seed + i))
             for i in range(k)
         )
         answers = [extract_answer(o.text) for o in outs]
@@ -152,10 +181,14 @@ class SelfRefine(Strategy):
     name = "self-refine"
     summary = "draft, then critique and refine on the same model until approved (max_iters=3)"
 
+    class Options(ModelOptions):
+        max_iters: int = Field(default=3, description="most critique + refine rounds after the draft")
+
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
-        max_iters = max(0, int(ctx.option("max_iters", 3)))
-        model = _model(ctx)
-        cfg = _config(ctx)
+        opts = ctx.options_as(self.Options)
+        max_iters = max(0, opts.max_iters)
+        model = _model(ctx, opts)
+        cfg = _config(ctx, opts)
         draft = (await ctx.generate([msg("user", render("cot", task=task.prompt))], model=model,
                                     config=cfg, name="draft")).text.strip()
         critiques: list[str] = []
@@ -192,10 +225,16 @@ class ReAct(Strategy):
     name = "react"
     summary = "one ReAct agent holding every tool, with a step budget (max_steps=10)"
 
+    class Options(StrategyOptions):
+        model: str | None = Field(default=None, description="pool model the agent runs on (default: the pool's orchestrator)")
+        max_steps: int = Field(default=10, description="step budget of the agent")
+
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
-        model = _model(ctx)
+        opts = ctx.options_as(self.Options)
+        model = opts.model or ctx.pool.orchestrator
+        ctx.pool.spec(model)
         harness = Harness(instruction=task.prompt, model=model, tools=list(ctx.tools.names),
-                          step_budget=int(ctx.option("max_steps", 10)))
+                          step_budget=opts.max_steps)
         ctx.budget.new_subagent()
         agent = SubAgent(ctx, harness, name="react")
         report = await agent.run()

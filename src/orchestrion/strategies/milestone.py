@@ -33,7 +33,7 @@ from .._prompts import render
 from ..models._types import Message, msg
 from ..runtime.context import RunContext
 from ..runtime.plan import Subtask, execute_plan, results_text
-from ..runtime.plan_repair import MAX_SUBTASKS, ask_plan, fallback_plan
+from ..runtime.plan_repair import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan
 from ..runtime.protocol import narrow
 from ..runtime.synthesis import synthesize
 from ..tools.agents import normalise
@@ -98,11 +98,13 @@ class Milestone(Strategy):
     summary = "E3-Orch: milestone -> dependency-aware plan -> parallel act, re-planned after each milestone"
     paper = "E3-Orch (e3-orch-abstract.txt)"
 
+    class Options(PlanOptions):
+        max_milestones: int = Field(default=4, description="most milestones, each planned and run in turn")
+
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
-        max_milestones = int(ctx.option("max_milestones", 4))
-        max_subtasks = min(int(ctx.option("max_subtasks", MAX_SUBTASKS)), MAX_SUBTASKS)
-        repairs = int(ctx.option("plan_repairs", 2))
-        timeout = ctx.option("node_timeout_s", None)
+        opts = ctx.options_as(self.Options)
+        max_milestones = opts.max_milestones
+        max_subtasks = min(opts.max_subtasks, MAX_SUBTASKS)
         system = msg("system", render("milestone_system", tools=_tool_lines(ctx), models=_model_lines(ctx),
                                       max_subtasks=max_subtasks))
         step_schema = narrow(MilestoneStep.model_json_schema(), {}, optional=())
@@ -138,8 +140,8 @@ class Milestone(Strategy):
                     break
                 seen.add(key)
                 span.set(milestone=objective)
-                record = await self._plan_and_act(ctx, task, system, objective, index, records, lines,
-                                                  max_subtasks, repairs, timeout)
+                record = await self._plan_and_act(ctx, opts, task, system, objective, index, records, lines,
+                                                  max_subtasks)
                 invalid += record.pop("invalid_outputs")
                 records.append(record)
                 ctx.tracer.event("milestone", record)
@@ -151,20 +153,20 @@ class Milestone(Strategy):
         return Answer(text, meta=meta)
 
     @staticmethod
-    async def _plan_and_act(ctx: RunContext, task: Task, system: Message, objective: str, index: int,
-                            records: list[dict[str, Any]], lines: list[str], max_subtasks: int, repairs: int,
-                            timeout: Any) -> dict[str, Any]:
+    async def _plan_and_act(ctx: RunContext, opts: PlanOptions, task: Task, system: Message, objective: str,
+                            index: int, records: list[dict[str, Any]], lines: list[str],
+                            max_subtasks: int) -> dict[str, Any]:
         """Plan one milestone, run the plan, append its result lines, and return its record."""
         prompt = render("milestone_plan", task=task.prompt, milestone=objective, progress=_progress(records, lines),
                         max_subtasks=max_subtasks)
         outcome = await ask_plan(ctx, [system, msg("user", prompt)], fallback=fallback_plan(objective),
                                  fix_template="milestone_fix", name=f"plan {index}",
-                                 max_subtasks=max_subtasks, repairs=repairs,
-                                 max_tokens=int(ctx.option("plan_max_tokens", 512)))
+                                 max_subtasks=max_subtasks, repairs=opts.plan_repairs,
+                                 max_tokens=opts.plan_max_tokens)
         context = "\n".join(lines[-8:])
         context = f"Overall task: {task.prompt}\nEarlier results:\n{context}" if context else f"Overall task: {task.prompt}"
         results = await execute_plan(ctx, outcome.subtasks, context=context,
-                                     node_timeout_s=float(timeout) if timeout else None)
+                                     node_timeout_s=opts.node_timeout_s or None)
         lines.extend(f"M{index} {line}" for line in results_text(outcome.subtasks, results, limit=300))
         record = _record(index, objective, outcome.subtasks, results, outcome.attempts, outcome.errors, outcome.fallback)
         record["invalid_outputs"] = outcome.invalid_outputs

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import Field
+
 from .._prompts import render
 from ..models._types import msg
 from ..runtime.context import RunContext
+from ..runtime.options import StrategyOptions
 from ..runtime.protocol import Call, ParaAction, narrow
 from ..tools.envelope import ToolResult
 from ..runtime.synthesis import Evidence, synthesize
@@ -26,9 +29,13 @@ class Para(Strategy):
     summary = "ParaManager: rounds of up to 4 parallel calls over agents and tools, then answer synthesis"
     paper = "ParaManager (paramanager.txt)"
 
+    class Options(StrategyOptions):
+        max_rounds: int = Field(default=12, description="most orchestrator rounds before synthesis (paper: 12)")
+        max_calls: int = Field(default=4, description="most parallel calls per round (paper: 4)")
+
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
-        max_rounds = int(ctx.option("max_rounds", 12))
-        max_calls = int(ctx.option("max_calls", 4))
+        opts = ctx.options_as(self.Options)
+        max_rounds, max_calls = opts.max_rounds, opts.max_calls
         system = msg("system", render(
             "para_system",
             max_calls=max_calls,

@@ -37,10 +37,13 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, replace
 
+from pydantic import Field
+
 from .._errors import BudgetExceededError, OrchestrionError
 from .._prompts import render
 from ..models._types import msg
 from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
+from ..runtime.options import StrategyOptions
 from ..runtime.proactive_protocol import (
     PausingSubAgent,
     ProactiveAction,
@@ -54,6 +57,21 @@ from .base import Answer, Strategy, Task, register
 _BUSY = ("running", "waiting")
 _REVISABLE = ("waiting", "done", "stopped", "exhausted")
 _STATE_OF = {"finish": "done", "revise": "waiting", "stop": "stopped", "exhausted": "exhausted"}
+
+
+class ProactiveOptions(StrategyOptions):
+    """The options of :class:`Proactive` (the paper's defaults where it has them)."""
+
+    max_steps: int = Field(default=300, description="sub-agent steps in all, over the whole episode (paper: 300)")
+    max_subagents: int = Field(default=10, description="most sub-agents started (paper: 10)")
+    subagent_steps: int = Field(default=30, description="most steps one sub-agent's harness may hold (paper: 30)")
+    max_active: int = Field(default=1, description="sub-agents running at once (paper: 1; at least 1)")
+    max_decisions: int = Field(default=30, description="most orchestrator decisions")
+    max_invalid: int = Field(default=2, description="invalid decisions in a row before the fallback (at least 1)")
+    stall_steps: int = Field(default=3, description="same action this many times in a row pauses a sub-agent as stuck (0 = off)")
+    max_fruitless: int = Field(default=3, description="sub-agent runs in a row without a result that stop the loop")
+    worker_model: str | None = Field(default=None, description="default sub-agent model (default: the pool's executor)")
+    decision_tokens: int = Field(default=320, description="output-token limit of each orchestrator decision")
 
 
 @dataclass
@@ -73,17 +91,18 @@ class _Episode:
 
     def __init__(self, task: Task, ctx: RunContext) -> None:
         self.task, self.ctx = task, ctx
-        self.max_steps = int(ctx.option("max_steps", 300))
-        self.max_subagents = int(ctx.option("max_subagents", 10))
-        self.sub_steps = int(ctx.option("subagent_steps", 30))
-        self.max_active = max(1, int(ctx.option("max_active", 1)))
-        self.max_decisions = int(ctx.option("max_decisions", 30))
-        self.max_invalid = max(1, int(ctx.option("max_invalid", 2)))
-        self.stall = int(ctx.option("stall_steps", 3))
-        self.max_fruitless = int(ctx.option("max_fruitless", 3))
+        opts = ctx.options_as(ProactiveOptions)
+        self.max_steps = opts.max_steps
+        self.max_subagents = opts.max_subagents
+        self.sub_steps = opts.subagent_steps
+        self.max_active = max(1, opts.max_active)
+        self.max_decisions = opts.max_decisions
+        self.max_invalid = max(1, opts.max_invalid)
+        self.stall = opts.stall_steps
+        self.max_fruitless = opts.max_fruitless
         self.fruitless = 0
-        self.worker_model = str(ctx.option("worker_model", ctx.pool.executor))
-        self.config = replace(ORCHESTRATOR_CONFIG, max_tokens=int(ctx.option("decision_tokens", 320)))
+        self.worker_model = opts.worker_model or ctx.pool.executor
+        self.config = replace(ORCHESTRATOR_CONFIG, max_tokens=opts.decision_tokens)
         self.workers: dict[str, _Worker] = {}
         self.fresh: list[str] = []  # agents whose latest report no decision has handled yet
         self.log: list[str] = []
@@ -360,6 +379,7 @@ class Proactive(Strategy):
     name = "proactive"
     summary = "POrchestra: sub-agents pause to ask for revisions; the orchestrator edits their live harness"
     paper = "POrchestra (porchestra.txt)"
+    Options = ProactiveOptions
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         return await _Episode(task, ctx).run()

@@ -37,19 +37,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import Field
+
 from .._prompts import render
 from ..models._types import GenerateConfig, msg
 from ..models.pool import ModelSpec
 from ..runtime.context import RunContext
+from ..runtime.options import StrategyOptions
 from .base import Answer, Strategy, Task, register
 
 _TOKEN = re.compile(r"[a-z]+|\d+(?:\.\d+)?|[+\-*/^=%<>]")
 _TIE = 1e-9
-
-HISTORY_SQL = (
-    "SELECT id, task, meta FROM episodes WHERE finished = 1 AND meta LIKE '%\"score\"%' "
-    "ORDER BY ended DESC LIMIT ?"
-)
 
 
 @dataclass(frozen=True)
@@ -190,12 +188,21 @@ class Router(Strategy):
     summary = "static kNN router: pick the model that scored best on the most similar past tasks, answer directly"
     paper = "ParaManager baselines (paramanager.txt)"
 
+    class Options(StrategyOptions):
+        k: int = Field(default=5, description="nearest past prompts the model scores are averaged over")
+        fallback: str | None = Field(
+            default=None, description="model used with no usable history (default: the pool's orchestrator)")
+        history_limit: int = Field(default=10000, description="most recent scored episodes read as history")
+        temperature: float | None = Field(
+            default=None, description="sampling temperature of the answer call (default: the agent temperature)")
+
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
-        k = int(ctx.option("k", 5))
-        fallback = str(ctx.option("fallback", ctx.pool.orchestrator))
+        opts = ctx.options_as(self.Options)
+        k = opts.k
+        fallback = opts.fallback or ctx.pool.orchestrator
         ctx.pool.spec(fallback)
-        limit = int(ctx.option("history_limit", 10000))
-        rows = await asyncio.to_thread(ctx.tracer.store.query, HISTORY_SQL, (limit,))
+        limit = opts.history_limit
+        rows = await asyncio.to_thread(ctx.tracer.store.scored_episodes, limit)
         history = parse_history(r for r in rows if r["id"] != ctx.tracer.episode_id)
         choice = choose_model(task.prompt, history, cheapest_first(ctx.pool.specs.values()), k=k, fallback=fallback)
         route = {"model": choice.model, "route": choice.reason, "model_scores": choice.scores,
@@ -205,8 +212,8 @@ class Router(Strategy):
         out = await ctx.generate(
             [msg("user", render("direct", task=task.prompt))],
             model=choice.model,
-            config=GenerateConfig(max_tokens=int(ctx.option("max_tokens", 256)),
-                                  temperature=float(ctx.option("temperature", ctx.temperature("agent")))),
+            config=GenerateConfig(max_tokens=opts.max_tokens,
+                                  temperature=ctx.temperature("agent") if opts.temperature is None else opts.temperature),
             name="answer",
         )
         return Answer(out.text.strip(), meta=route)

@@ -24,7 +24,7 @@ and compile it again.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -39,7 +39,7 @@ from ..runtime.scheduler import topological_order
 from ..runtime.synthesis import synthesize
 from ..tools.registry import ToolRegistry
 from .base import Answer, Strategy, Task, register
-from .uno import decide_with_options, tool_available
+from .uno import DecisionOptions, decide_with_options, tool_available
 
 LEVELS: tuple[str, ...] = ("low", "medium", "high")
 PRIMITIVES: tuple[str, ...] = ("reasoner", "reviewer", "coder", "ensemble", "searcher")
@@ -188,20 +188,26 @@ class Spec(Strategy):
     summary = "LEMON: write one orchestration spec (roles, capacities, dependencies), validate, compile, execute"
     paper = "LEMON (porchestra-adaptorch-uno-lemon-abstracts.txt)"
 
+    class Options(DecisionOptions):
+        max_roles: int = Field(default=3, description=f"most roles in the spec (1 to {MAX_ROLES})")
+        on_invalid: Literal["fail", "single_role"] = Field(
+            default="fail", description="after an invalid spec: end as invalid_spec, or run one role on the whole task")
+
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
-        max_roles = min(MAX_ROLES, max(1, int(ctx.option("max_roles", 3))))
+        opts = ctx.options_as(self.Options)
+        max_roles = min(MAX_ROLES, max(1, opts.max_roles))
         prims = available_primitives(ctx.tools)
         if not prims:
             return Answer("", status="invalid_spec", meta={"error": "no agent tool is registered to play a role"})
         system = msg("system", render("spec_system", capacities=_capacity_lines(ctx.pool), max_roles=max_roles,
                                       primitives=", ".join(prims), levels=", ".join(LEVELS)))
-        decision = await decide_with_options(ctx, checked_spec(prims),
+        decision = await decide_with_options(ctx, opts, checked_spec(prims),
                                              [system, msg("user", render("spec_task", task=task.prompt))],
                                              decision_schema(prims, max_roles), "orchestration spec")
         meta: dict[str, Any] = {"invalid_decisions": decision.invalid_attempts, "fallback": False}
         if decision.action is None:
             ctx.tracer.event("spec_invalid", {"error": decision.error, "attempts": len(decision.attempts)})
-            if str(ctx.option("on_invalid", "fail")) != "single_role":
+            if opts.on_invalid != "single_role":
                 meta["error"] = decision.error
                 return Answer("", status="invalid_spec", meta=meta)
             spec, meta["fallback"], meta["error"] = single_role_spec(prims[0]), True, decision.error

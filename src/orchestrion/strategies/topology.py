@@ -34,12 +34,14 @@ from dataclasses import asdict, dataclass
 from itertools import combinations
 from typing import Any, Literal, get_args
 
+from pydantic import Field
+
 from .._errors import PlanError
 from .._prompts import render
 from ..models._types import GenerateConfig, msg
 from ..runtime.context import RunContext
 from ..runtime.plan import Subtask, execute_plan, results_text
-from ..runtime.plan_repair import MAX_SUBTASKS, ask_plan, fallback_plan
+from ..runtime.plan_repair import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan
 from ..runtime.scheduler import NodeResult
 from ..runtime.synthesis import synthesize
 from ..tools.agents import last_line, normalise
@@ -193,19 +195,23 @@ class TopologyStrategy(Strategy):
     summary = "AdaptOrch: decompose into a DAG, route it to parallel/sequential/hierarchical/hybrid, consistency-checked synthesis"
     paper = "AdaptOrch (porchestra-adaptorch-uno-lemon-abstracts.txt)"
 
+    class Options(PlanOptions):
+        topology: Literal["auto", "parallel", "sequential", "hierarchical", "hybrid"] = Field(
+            default="auto", description="auto = routed from the DAG; a name fixes it (the static baselines)")
+        consistency_threshold: float = Field(
+            default=0.5, description="agreement of the parallel outputs at or above which one synthesis call answers")
+        max_reconcile: int = Field(default=2, description="most reconcile calls when the outputs disagree")
+
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
-        max_subtasks = min(int(ctx.option("max_subtasks", MAX_SUBTASKS)), MAX_SUBTASKS)
-        timeout = ctx.option("node_timeout_s", None)
-        forced = ctx.option("topology", "auto")  # a fixed topology: the static baselines AdaptOrch compares with
-        if forced not in ("auto", *TOPOLOGIES):
-            raise PlanError(f"option topology='{forced}': choose auto, {', '.join(TOPOLOGIES)}")
+        opts = ctx.options_as(self.Options)
+        max_subtasks = min(opts.max_subtasks, MAX_SUBTASKS)
+        forced = opts.topology  # a fixed topology: the static baselines AdaptOrch compares with
         prompt = render("topology_decompose", task=task.prompt, max_subtasks=max_subtasks,
                         tools="\n".join(f"- {t.signature()}" for t in ctx.tools.tools()),
                         models="\n".join(f"- {r['name']} (tier {r['tier']}): {r['description']}" for r in ctx.pool.describe()))
         outcome = await ask_plan(ctx, [msg("user", prompt)], fallback=fallback_plan(task.prompt),
                                  fix_template="topology_fix", name="decompose", max_subtasks=max_subtasks,
-                                 repairs=int(ctx.option("plan_repairs", 2)),
-                                 max_tokens=int(ctx.option("plan_max_tokens", 512)))
+                                 repairs=opts.plan_repairs, max_tokens=opts.plan_max_tokens)
         subtasks = outcome.subtasks
         counter = WorkCounter()
         features = dag_features(subtasks, counter)
@@ -218,10 +224,10 @@ class TopologyStrategy(Strategy):
         ctx.tracer.event("topology", route_info)
         with ctx.tracer.span("topology", topology, **route_info):
             results = await execute_plan(ctx, plan, context=f"Overall task: {task.prompt}",
-                                         node_timeout_s=float(timeout) if timeout else None)
+                                         node_timeout_s=opts.node_timeout_s or None)
         lines = results_text(subtasks, results, limit=500)
         sinks = [_output(results.get(n)) for n in _sinks(plan)]
-        text, synth = await self._synthesize(ctx, task, lines, [o for o in sinks if o is not None])
+        text, synth = await self._synthesize(ctx, opts, task, lines, [o for o in sinks if o is not None])
         ctx.tracer.event("synthesis", synth)
         ok = sum(1 for r in results.values() if r.status == "ok")
         meta: dict[str, Any] = {**route_info, **synth, "subtasks": len(subtasks), "subtasks_ok": ok,
@@ -230,18 +236,19 @@ class TopologyStrategy(Strategy):
         return Answer(text, meta=meta)
 
     @staticmethod
-    async def _synthesize(ctx: RunContext, task: Task, lines: list[str], outputs: list[str]) -> tuple[str, dict[str, Any]]:
+    async def _synthesize(ctx: RunContext, opts: "TopologyStrategy.Options", task: Task, lines: list[str],
+                          outputs: list[str]) -> tuple[str, dict[str, Any]]:
         """Adaptive synthesis: one call if the parallel outputs agree, else a capped reconcile loop."""
-        threshold = float(ctx.option("consistency_threshold", 0.5))
-        cap = max(0, int(ctx.option("max_reconcile", 2)))
+        threshold = opts.consistency_threshold
+        cap = max(0, opts.max_reconcile)
         score = consistency(outputs)
         info: dict[str, Any] = {"consistency": score, "threshold": threshold, "parallel_outputs": len(outputs),
                                 "loop_iterations": 0, "supports": [], "converged": score >= threshold}
         if score >= threshold or cap == 0:
             return await synthesize(task.prompt, lines, ctx), info
         listed = "\n".join(f"[{i}] {o.strip()[:400]}" for i, o in enumerate(outputs, 1))
-        config = ctx.config("synthesis", int(ctx.option("max_tokens", 256)))
-        model = str(ctx.option("synthesizer", ctx.pool.synthesizer))
+        config = ctx.config("synthesis", opts.max_tokens)
+        model = opts.synthesizer or ctx.pool.synthesizer
         draft, previous = "", None
         for i in range(cap):  # the only loop: at most `cap` model calls, so synthesis always ends
             note = f"Your previous attempt was:\n{draft.strip()[:400]}\n\n" if draft else ""

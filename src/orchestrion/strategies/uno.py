@@ -36,6 +36,7 @@ from ..models._cost import cost_of
 from ..models._types import Message, msg
 from ..models.pool import Pool
 from ..runtime.context import ORCHESTRATOR_CONFIG, Decision, RunContext
+from ..runtime.options import StrategyOptions
 from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow
 from ..runtime.scheduler import topological_order
@@ -258,14 +259,22 @@ def decision_schema(pairs: list[Pair], max_subtasks: int) -> dict[str, Any]:
     return schema
 
 
-async def decide_with_options(ctx: RunContext, schema: type[T], messages: list[Message], json_schema: dict[str, Any],
-                              name: str) -> Decision[T]:
+class DecisionOptions(StrategyOptions):
+    """Options of strategies built on one big orchestrator decision (uno, spec)."""
+
+    max_repairs: int = Field(default=2, description="re-prompts with the validation error after an invalid decision")
+    decision_tokens: int | None = Field(
+        default=None, description=f"output-token limit of the decision (default: {ORCHESTRATOR_CONFIG.max_tokens})")
+
+
+async def decide_with_options(ctx: RunContext, opts: DecisionOptions, schema: type[T], messages: list[Message],
+                              json_schema: dict[str, Any], name: str) -> Decision[T]:
     """``ctx.decide`` under the options ``max_repairs`` (2) and ``decision_tokens`` (the
     temperature is the decision role's, option ``decision_temperature``)."""
     base = ORCHESTRATOR_CONFIG
-    config = replace(base, max_tokens=int(ctx.option("decision_tokens", base.max_tokens)))
+    config = replace(base, max_tokens=base.max_tokens if opts.decision_tokens is None else opts.decision_tokens)
     return await ctx.decide(schema, messages, json_schema=json_schema, config=config,
-                            max_repairs=int(ctx.option("max_repairs", 2)), name=name)
+                            max_repairs=opts.max_repairs, name=name)
 
 
 def _price(pool: Pool, name: str) -> str:
@@ -279,12 +288,18 @@ class Uno(Strategy):
     summary = "Uno-Orchestra: answer directly or decompose, each part on an admissible (model, primitive) pair"
     paper = "Uno-Orchestra (porchestra-adaptorch-uno-lemon-abstracts.txt)"
 
+    class Options(DecisionOptions):
+        cost_weight: float = Field(default=DEFAULT_COST_WEIGHT, description="λ: accuracy points given up per dollar")
+        max_cost_usd: float | None = Field(
+            default=None, description="cost cap: only pairs whose estimated cost is known and fits it (default: none)")
+        max_subtasks: int = Field(default=MAX_SUBTASKS, description=f"most subtasks of a decomposition (2 to {MAX_SUBTASKS})")
+
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
-        lam = float(ctx.option("cost_weight", DEFAULT_COST_WEIGHT))
-        raw_cap = ctx.option("max_cost_usd", None)
-        cap = None if raw_cap is None else float(raw_cap)
-        most = min(MAX_SUBTASKS, max(2, int(ctx.option("max_subtasks", MAX_SUBTASKS))))
-        xctx = RunContext(ctx.pool, ToolRegistry([*ctx.tools.tools(), DirectPrimitive()]), ctx.tracer, ctx.budget, ctx.options)
+        opts = ctx.options_as(self.Options)
+        lam, cap = opts.cost_weight, opts.max_cost_usd
+        most = min(MAX_SUBTASKS, max(2, opts.max_subtasks))
+        xctx = RunContext(ctx.pool, ToolRegistry([*ctx.tools.tools(), DirectPrimitive()]), ctx.tracer, ctx.budget,
+                          ctx.strategy_options)
         pairs, excluded = admissible_pairs(ctx.pool, xctx.tools, task.prompt, cap)
         if not pairs:
             return Answer("", status="no_admissible_pair", meta={"excluded": excluded})
@@ -296,7 +311,7 @@ class Uno(Strategy):
             excluded="".join(f"\nNot allowed: {k} ({v})" for k, v in list(excluded.items())[:6]),
             lam=lam, most=most, example_model=pairs[0].model, example_primitive=pairs[0].primitive,
         ))
-        decision = await decide_with_options(ctx, bound_action(pairs, cap, most),
+        decision = await decide_with_options(ctx, opts, bound_action(pairs, cap, most),
                                              [system, msg("user", render("uno_task", task=task.prompt))],
                                              decision_schema(pairs, most), "uno mode")
         meta: dict[str, Any] = {"invalid_decisions": decision.invalid_attempts, "fallback": False, "cost_weight": lam}

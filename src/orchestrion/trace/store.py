@@ -21,36 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import TraceError
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY, created REAL, kind TEXT, config TEXT, status TEXT
-);
-CREATE TABLE IF NOT EXISTS episodes (
-    id TEXT PRIMARY KEY, run_id TEXT, task_id TEXT, epoch INTEGER DEFAULT 0, strategy TEXT,
-    task TEXT, status TEXT, answer TEXT, error TEXT, started REAL, ended REAL,
-    input_tokens INTEGER DEFAULT 0, output_tokens INTEGER DEFAULT 0, cost_usd REAL,
-    cost_units REAL DEFAULT 0, finished INTEGER DEFAULT 0, meta TEXT
-);
-CREATE INDEX IF NOT EXISTS episodes_run ON episodes(run_id, task_id, epoch);
-CREATE TABLE IF NOT EXISTS spans (
-    id TEXT PRIMARY KEY, episode_id TEXT, parent_id TEXT, kind TEXT, name TEXT,
-    started REAL, ended REAL, status TEXT, input_tokens INTEGER DEFAULT 0,
-    output_tokens INTEGER DEFAULT 0, cost_usd REAL, cost_units REAL DEFAULT 0, attrs TEXT
-);
-CREATE INDEX IF NOT EXISTS spans_episode ON spans(episode_id);
-CREATE TABLE IF NOT EXISTS events (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, episode_id TEXT, span_id TEXT, ts REAL,
-    kind TEXT, data TEXT
-);
-CREATE INDEX IF NOT EXISTS events_episode ON events(episode_id);
-CREATE TABLE IF NOT EXISTS decisions (
-    id TEXT PRIMARY KEY, episode_id TEXT, span_id TEXT, seq INTEGER, attempt INTEGER,
-    model TEXT, schema_name TEXT, messages TEXT, prompt_token_ids TEXT, output TEXT,
-    token_ids TEXT, logprobs TEXT, action TEXT, error TEXT, valid INTEGER, ts REAL
-);
-CREATE INDEX IF NOT EXISTS decisions_episode ON decisions(episode_id);
-"""
+from ._queries import TraceQueries
+from ._schema import create_file, make_dirs, prepare
 
 _Marker = threading.Event | tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 _STOP = object()
@@ -62,17 +34,26 @@ def default_db_path() -> Path:
     return Path(env) if env else Path.home() / ".orchestrion" / "traces.db"
 
 
-class TraceStore:
-    """A trace database file plus the thread that writes to it."""
+class TraceStore(TraceQueries):
+    """A trace database file plus the thread that writes to it.
+
+    Its typed methods (:class:`~orchestrion.trace._queries.TraceQueries`) are the interface;
+    ``submit``/``query`` take raw SQL for the trace package itself and for tests.
+    """
 
     def __init__(self, path: str | Path | None = None, *, batch_max: int = 1000, linger_s: float = 0.02) -> None:
         self.path = Path(path) if path is not None else default_db_path()
         self._batch_max = batch_max
         self._linger_s = linger_s
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._connect() as conn:
-                conn.executescript(SCHEMA)
+            make_dirs(self.path.parent)
+            create_file(self.path)
+            conn = self._connect()
+            try:
+                conn.isolation_level = None
+                prepare(self.path, conn)
+            finally:
+                conn.close()
         except (OSError, sqlite3.Error) as exc:
             raise TraceError(f"trace store {self.path}: cannot open ({exc}); set ORCHESTRION_DB or --db to a writable file") from None
         self._pending: list[object] = []
@@ -197,21 +178,6 @@ class TraceStore:
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
         with self.read() as conn:
             return [dict(r) for r in conn.execute(sql, params).fetchall()]
-
-    def episode(self, episode_id: str) -> dict[str, Any] | None:
-        rows = self.query("SELECT * FROM episodes WHERE id = ? OR id LIKE ?", (episode_id, episode_id + "%"))
-        if len(rows) > 1:
-            raise TraceError(f"trace id prefix '{episode_id}' matches {len(rows)} episodes; give more characters")
-        return rows[0] if rows else None
-
-    def spans(self, episode_id: str) -> list[dict[str, Any]]:
-        return self.query("SELECT * FROM spans WHERE episode_id = ? ORDER BY started, rowid", (episode_id,))
-
-    def events(self, episode_id: str) -> list[dict[str, Any]]:
-        return self.query("SELECT * FROM events WHERE episode_id = ? ORDER BY id", (episode_id,))
-
-    def decisions(self, episode_id: str) -> list[dict[str, Any]]:
-        return self.query("SELECT * FROM decisions WHERE episode_id = ? ORDER BY seq, attempt", (episode_id,))
 
     # -- moving episodes between stores (e.g. from a Ray worker to the driver) ----------
     def export_episode_rows(self, episode_id: str) -> dict[str, list[dict[str, Any]]]:

@@ -15,9 +15,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from typing import Any
 
-import orjson
-
 from ..models._types import Usage
+from ._json import dumps as dumps
 from .store import TraceStore
 
 _current: ContextVar["Span | None"] = ContextVar("orchestrion_span", default=None)
@@ -36,10 +35,6 @@ def new_id() -> str:
     """A random 128-bit hex id. Not uuid4: os.urandom releases the GIL on every call,
     which forced a thread switch to the trace writer per span (bench/scheduler.py)."""
     return f"{random.getrandbits(128):032x}"
-
-
-def dumps(value: Any) -> str:
-    return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 class Span:

@@ -80,8 +80,7 @@ def _write(fmt: str, kept: list[DecisionRecord], out_dir: Path, rewards: dict[st
 
 def _resolve_run(store: TraceStore, run: str) -> str:
     """The run id itself, or the one run whose id starts with ``run``."""
-    rows = store.query("SELECT DISTINCT run_id FROM episodes WHERE run_id = ? OR run_id LIKE ?", (run, run + "%"))
-    ids = [r["run_id"] for r in rows]
+    ids = store.episode_run_ids(run)
     if run in ids:
         return run
     if len(ids) == 1:

@@ -32,7 +32,7 @@ from ..models.pool import Pool
 from ..strategies.base import Strategy, Task
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
-from ..trace.tracer import dumps, new_id
+from ..trace.tracer import new_id
 from ._losses import grpo_loss
 from ._policy import Policy
 from ._types import TrainSample
@@ -168,7 +168,7 @@ def scoring_reward(scorer: Any, store: TraceStore, cfg: Any = None) -> Any:
     async def reward(result: Any, task: Task) -> float:
         score = await scorer(task, result.answer)
         meta = score.to_meta() if hasattr(score, "to_meta") else {"score": float(score.value)}
-        store.submit("UPDATE episodes SET meta = json_patch(meta, ?) WHERE id = ?", (dumps(meta), result.trace_id))
+        store.patch_episode_meta(result.trace_id, meta)
         await store.aflush()
 
         async def known(_task: Task, _output: str) -> Any:
@@ -182,9 +182,8 @@ def scoring_reward(scorer: Any, store: TraceStore, cfg: Any = None) -> Any:
 def _valid_rate(store: TraceStore, episode_ids: Sequence[str]) -> float | None:
     if not episode_ids:
         return None
-    marks = ",".join("?" * len(episode_ids))
-    rows = store.query(f"SELECT valid FROM decisions WHERE episode_id IN ({marks})", tuple(episode_ids))
-    return sum(1 for r in rows if r["valid"]) / len(rows) if rows else None
+    flags = store.decision_validity(episode_ids)
+    return sum(flags) / len(flags) if flags else None
 
 
 # -- the loop ----------------------------------------------------------------------------------
@@ -246,8 +245,7 @@ class _Trainer:
         for g in groups:
             for i, (e, r) in enumerate(zip(g.episodes, g.rewards)):
                 credit = {"step": step + 1, "reward": r, "advantage": None if g.advantages is None else g.advantages[i]}
-                self.store.submit("UPDATE episodes SET meta = json_patch(meta, ?) WHERE id = ?",
-                                  (dumps({"grpo": credit}), e.trace_id))
+                self.store.patch_episode_meta(e.trace_id, {"grpo": credit})
             if g.advantages is None:
                 continue
             found = group_samples(g, self.store)
@@ -341,8 +339,7 @@ async def atrain_grpo(
                                 "micro_batch": micro_batch, "concurrency": concurrency, "max_length": max_length,
                                 "lora_r": lora_r, "lora_alpha": lora_alpha, "out": str(out_dir)}
     run_id = new_id()
-    the_store.submit("INSERT INTO runs (id, created, kind, config, status) VALUES (?,?,?,?,?)",
-                     (run_id, time.time(), "grpo", dumps(settings), "running"))
+    the_store.create_run(run_id, "grpo", settings)
     log(f"run {run_id}: {len(data.tasks)} tasks x group {group}, {steps} steps, strategy {settings['strategy']}")
     trainer = _Trainer(policy, the_pool, the_store, out_dir, log, {**settings, "strategy": strategy, "tools": tools})
     history: list[StepLog] = []
@@ -360,7 +357,7 @@ async def atrain_grpo(
         status = "finished"
     finally:
         shutil.rmtree(trainer.scratch, ignore_errors=True)
-        the_store.submit("UPDATE runs SET status=? WHERE id=?", (status, run_id))
+        the_store.set_run_status(run_id, status)
         await the_store.aflush()
     return GRPOResult(adapter_dir, gguf, run_id, history, trainer.notes)
 

@@ -119,7 +119,7 @@ def _loads(value: Any) -> Any:
 
 def followup(store: TraceStore, episode_id: str, seq: int, *, limit: int = 1600) -> tuple[str, str]:
     """``(trace, outcome)``: what happened after decision ``seq`` of the episode, in time order, and how it ended."""
-    decisions = store.query("SELECT seq, ts, output, valid FROM decisions WHERE episode_id = ? ORDER BY seq", (episode_id,))
+    decisions = store.decisions(episode_id)
     mine = [d for d in decisions if d["seq"] == seq]
     since = mine[0]["ts"] if mine else 0.0
     events: list[tuple[float, str]] = []
@@ -127,8 +127,7 @@ def followup(store: TraceStore, episode_id: str, seq: int, *, limit: int = 1600)
         if d["seq"] > seq:
             label = "next decision" if d["valid"] else "next decision (invalid)"
             events.append((d["ts"], f"- {label}: {_clip(d['output'] or '', 240)}"))
-    for s in store.query("SELECT kind, name, started, status, attrs FROM spans WHERE episode_id = ? "
-                         "AND kind IN ('tool', 'agent', 'subagent') AND started >= ? ORDER BY started", (episode_id, since)):
+    for s in store.spans(episode_id, kinds=("tool", "agent", "subagent"), since=since):
         attrs = _loads(s["attrs"]) or {}
         result = attrs.get("output") or attrs.get("error") or ""
         events.append((s["started"], f"- {s['kind']} {attrs.get('tool') or s['name']} [{s['status']}]: {_clip(str(result), 200)}"))
@@ -290,7 +289,7 @@ async def atrain_opod(
         raise ConfigError("--steps, --batch-size and --micro-batch must be at least 1")
     log: Log = progress or (lambda _text: None)
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
-    if not the_store.query("SELECT 1 FROM episodes WHERE run_id = ? LIMIT 1", (run_id,)):
+    if not the_store.episode_ids(run_id=run_id, limit=1):
         raise ConfigError(f"run '{run_id}' has no episodes in {the_store.path}; pass a run id from `orchestrion eval` or --db")
     records = load_records(the_store, run_id=run_id)
     if not records:

@@ -74,17 +74,7 @@ def _json(value: Any) -> Any:
 
 
 def _episodes(store: TraceStore, run_id: str | None, episode_ids: Sequence[str] | None) -> list[dict[str, Any]]:
-    where, params = [], []
-    if run_id is not None:
-        where.append("run_id = ?")
-        params.append(run_id)
-    if episode_ids is not None:
-        if not episode_ids:
-            return []
-        where.append(f"id IN ({','.join('?' * len(episode_ids))})")
-        params.extend(episode_ids)
-    sql = "SELECT * FROM episodes" + (f" WHERE {' AND '.join(where)}" if where else "") + " ORDER BY started, rowid"
-    return store.query(sql, params)
+    return store.episodes(run_id=run_id, ids=episode_ids)
 
 
 def _action_tools(action: Any) -> list[str]:
@@ -167,11 +157,7 @@ def _episode_records(store: TraceStore, ep: dict[str, Any]) -> list[DecisionReco
     rows = store.decisions(ep["id"])
     if not rows:
         return []
-    spans = store.query(
-        "SELECT id, parent_id, kind, name, started, ended, status, attrs FROM spans "
-        "WHERE episode_id = ? AND kind IN ('decision', 'tool', 'agent') ORDER BY started, rowid",
-        (ep["id"],),
-    )
+    spans = store.spans(ep["id"], kinds=("decision", "tool", "agent"))
     span_tools = _span_tools(spans)
     replayed = {s["id"]: set(_replayed_attempts(s)) for s in spans if s["kind"] == "decision"}
     failures = sum(1 for s in spans if s["kind"] in ("tool", "agent") and s["status"] not in ("ok", "running"))

@@ -197,12 +197,12 @@ def episode_rewards(
     meta = _loads(ep["meta"]) or {}
     result: dict[str, Any] = meta["result"] if isinstance(meta.get("result"), dict) else {}
     spans = store.spans(ep["id"])
-    decisions = store.query("SELECT valid FROM decisions WHERE episode_id = ?", (ep["id"],))
+    decisions = store.decision_validity([ep["id"]])
     out: dict[str, float | None] = {}
     out["outcome"] = outcome_reward(_num(meta.get("score")), meta.get("correct") if isinstance(meta.get("correct"), bool) else None)
     if outcomes is not None:
         out["uncertain_outcome"] = uncertainty_aware_outcome(list(outcomes), cfg.uncertainty_penalty)
-    valid = sum(1 for d in decisions if d["valid"])
+    valid = sum(decisions)
     out["protocol"] = protocol_reward(valid, len(decisions))
     out["invalid"] = invalid_penalty(len(decisions) - valid, cfg.invalid_penalty, cfg.invalid_cap)
     calls, rounds = top_level_calls(spans), orchestration_rounds(spans)

@@ -171,9 +171,7 @@ def decision_rows(store: TraceStore, episode_id: str) -> list[dict[str, Any]]:
 
     A replayed attempt is one whose attempt number is in its decision span's ``replayed_attempts``.
     """
-    rows = store.query(
-        "SELECT d.*, s.attrs AS span_attrs FROM decisions d LEFT JOIN spans s ON s.id = d.span_id "
-        "WHERE d.episode_id = ? ORDER BY d.seq, d.attempt", (episode_id,))
+    rows = store.decisions(episode_id, span_attrs=True)
     out = []
     for row in rows:
         attrs = _json(row.pop("span_attrs")) or {}

@@ -1,0 +1,230 @@
+"""What callers read from and write to the trace store, as typed methods (mixed into TraceStore).
+
+This is the store's interface: code outside ``orchestrion.trace`` calls these methods
+rather than writing SQL. Writes go through the background writer (``submit``), so they
+are committed soon after, in order; call ``flush``/``aflush`` to wait for them. Reads
+open a short-lived connection and return plain dicts (one per row, columns as stored:
+JSON columns stay text unless a method says it decodes them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from .._errors import TraceError
+from ..models._types import Usage
+from ._json import dumps
+
+# An episode that counts in an eval run: finished (closing update committed) and not interrupted.
+COUNTED = "finished = 1 AND status NOT IN ('interrupted', 'cancelled')"
+
+
+def _marks(values: Sequence[Any]) -> str:
+    return ",".join("?" * len(values))
+
+
+class TraceQueries:
+    """Runs, episodes, spans, events and decisions, read and written by name."""
+
+    path: Path
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[dict[str, Any]]:
+        raise NotImplementedError
+
+    def submit(self, sql: str, params: Sequence[Any] = ()) -> None:
+        raise NotImplementedError
+
+    # -- runs ---------------------------------------------------------------------------
+    def create_run(self, run_id: str, kind: str, config: Any, *, status: str = "running",
+                   created: float | None = None) -> None:
+        """Add a ``runs`` row; ``config`` is stored as JSON."""
+        self.submit("INSERT INTO runs (id, created, kind, config, status) VALUES (?,?,?,?,?)",
+                    (run_id, time.time() if created is None else created, kind, dumps(config), status))
+
+    def set_run_status(self, run_id: str, status: str) -> None:
+        self.submit("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
+
+    def runs_matching(self, id_or_prefix: str) -> list[dict[str, Any]]:
+        """The runs whose id is ``id_or_prefix`` or starts with it (``config`` as stored), by id."""
+        return self.query("SELECT * FROM runs WHERE id = ? OR id LIKE ? ORDER BY id", (id_or_prefix, id_or_prefix + "%"))
+
+    def runs(self, *, kind: str | None = None, newest_first: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
+        """Runs (of one ``kind``, if given) by creation time."""
+        sql = "SELECT * FROM runs"
+        params: list[Any] = []
+        if kind is not None:
+            sql += " WHERE kind = ?"
+            params.append(kind)
+        sql += " ORDER BY created DESC" if newest_first else " ORDER BY created"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return self.query(sql, params)
+
+    def episode_run_ids(self, id_or_prefix: str) -> list[str]:
+        """Distinct run ids of episodes whose run id is ``id_or_prefix`` or starts with it."""
+        rows = self.query("SELECT DISTINCT run_id FROM episodes WHERE run_id = ? OR run_id LIKE ?",
+                          (id_or_prefix, id_or_prefix + "%"))
+        return [r["run_id"] for r in rows]
+
+    # -- episodes: writes -------------------------------------------------------------------
+    def start_episode(self, episode_id: str, *, run_id: str | None, task_id: str | None, epoch: int, strategy: str,
+                      task: Any, started: float, meta: Any) -> None:
+        """The opening row of an episode (status ``running``); ``task`` and ``meta`` are stored as JSON."""
+        self.submit(
+            "INSERT INTO episodes (id, run_id, task_id, epoch, strategy, task, status, started, meta) VALUES (?,?,?,?,?,?,?,?,?)",
+            (episode_id, run_id, task_id, epoch, strategy, dumps(task), "running", started, dumps(meta)),
+        )
+
+    def finish_episode(self, episode_id: str, *, status: str, answer: str, error: str | None, ended: float,
+                       usage: Usage, meta_patch: dict[str, Any]) -> None:
+        """The closing update: outcome, usage, ``meta_patch`` merged into meta (JSON merge patch), finished=1."""
+        self.submit(
+            "UPDATE episodes SET status=?, answer=?, error=?, ended=?, input_tokens=?, output_tokens=?, "
+            "cost_usd=?, cost_units=?, meta=json_patch(meta, ?), finished=1 WHERE id=?",
+            (status, answer, error, ended, usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.cost_units,
+             dumps(meta_patch), episode_id),
+        )
+
+    def patch_episode_meta(self, episode_id: str, patch: dict[str, Any]) -> None:
+        """Merge ``patch`` into the episode's meta (JSON merge patch)."""
+        self.submit("UPDATE episodes SET meta = json_patch(meta, ?) WHERE id = ?", (dumps(patch), episode_id))
+
+    def mark_interrupted(self, run_id: str) -> None:
+        """The run's unfinished or cancelled episodes become ``interrupted`` (kept, never counted)."""
+        self.submit("UPDATE episodes SET status = 'interrupted' WHERE run_id = ? AND (finished = 0 OR status = 'cancelled')",
+                    (run_id,))
+
+    # -- episodes: reads --------------------------------------------------------------------
+    def episode(self, episode_id: str) -> dict[str, Any] | None:
+        """The episode with this id or unique id prefix; None if there is none."""
+        rows = self.query("SELECT * FROM episodes WHERE id = ? OR id LIKE ?", (episode_id, episode_id + "%"))
+        if len(rows) > 1:
+            raise TraceError(f"trace id prefix '{episode_id}' matches {len(rows)} episodes; give more characters")
+        return rows[0] if rows else None
+
+    def episodes(self, *, run_id: str | None = None, no_run: bool = False, ids: Sequence[str] | None = None,
+                 strategy: str | None = None, newest_first: bool = False) -> list[dict[str, Any]]:
+        """Episode rows passing every given filter, oldest first (or newest first).
+
+        ``no_run``: only episodes without a run id; ``ids``: only these episodes (empty: none).
+        """
+        where: list[str] = []
+        params: list[Any] = []
+        if strategy:
+            where.append("strategy = ?")
+            params.append(strategy)
+        if no_run:
+            where.append("(run_id IS NULL OR run_id = '')")
+        elif run_id is not None:
+            where.append("run_id = ?")
+            params.append(run_id)
+        if ids is not None:
+            if not ids:
+                return []
+            where.append(f"id IN ({_marks(ids)})")
+            params.extend(ids)
+        sql = "SELECT * FROM episodes" + (" WHERE " + " AND ".join(where) if where else "")
+        return self.query(sql + (" ORDER BY started DESC, rowid DESC" if newest_first else " ORDER BY started, rowid"), params)
+
+    def episode_ids(self, *, run_id: str | None = None, limit: int | None = None) -> list[str]:
+        """Episode ids (of one run, if given), oldest first."""
+        sql = "SELECT id FROM episodes"
+        params: list[Any] = []
+        if run_id is not None:
+            sql += " WHERE run_id = ?"
+            params.append(run_id)
+        sql += " ORDER BY started, rowid"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [r["id"] for r in self.query(sql, params)]
+
+    def episode_for_task(self, run_id: str, task_id: str) -> dict[str, Any] | None:
+        """The (first) episode of ``run_id`` for ``task_id``, or None."""
+        rows = self.query("SELECT * FROM episodes WHERE run_id = ? AND task_id = ? ORDER BY started, rowid LIMIT 1",
+                          (run_id, task_id))
+        return rows[0] if rows else None
+
+    def counted_episodes(self, run_id: str) -> list[dict[str, Any]]:
+        """The run's counted episodes (finished, not interrupted or cancelled), one per
+        (task, strategy, epoch) -- the first to start -- with ``meta`` decoded."""
+        rows = self.query(f"SELECT * FROM episodes WHERE run_id = ? AND {COUNTED} ORDER BY started, rowid", (run_id,))
+        seen: set[tuple[Any, ...]] = set()
+        kept = []
+        for row in rows:
+            key = (row["task_id"], row["strategy"], row["epoch"])
+            if key not in seen:
+                seen.add(key)
+                row["meta"] = orjson.loads(row["meta"]) if row.get("meta") else {}
+                kept.append(row)
+        return kept
+
+    def scored_episodes(self, limit: int) -> list[dict[str, Any]]:
+        """``id``, ``task``, ``meta`` (as stored) of finished episodes whose meta has a score, latest ended first."""
+        return self.query("SELECT id, task, meta FROM episodes WHERE finished = 1 AND meta LIKE '%\"score\"%' "
+                          "ORDER BY ended DESC LIMIT ?", (limit,))
+
+    # -- spans, events, decisions -------------------------------------------------------------
+    def spans(self, episode_id: str, *, kinds: Sequence[str] | None = None, exclude_kinds: Sequence[str] = (),
+              since: float | None = None, attrs: bool = True) -> list[dict[str, Any]]:
+        """The episode's spans by start time: only ``kinds`` (if given), none of ``exclude_kinds``,
+        started at or after ``since``; ``attrs=False`` leaves the attrs column out."""
+        cols = "*" if attrs else ("id, episode_id, parent_id, kind, name, started, ended, status, input_tokens, "
+                                  "output_tokens, cost_usd, cost_units")
+        sql = f"SELECT {cols} FROM spans WHERE episode_id = ?"
+        params: list[Any] = [episode_id]
+        if kinds is not None:
+            sql += f" AND kind IN ({_marks(kinds)})"
+            params.extend(kinds)
+        if exclude_kinds:
+            sql += f" AND kind NOT IN ({_marks(exclude_kinds)})"
+            params.extend(exclude_kinds)
+        if since is not None:
+            sql += " AND started >= ?"
+            params.append(since)
+        return self.query(sql + " ORDER BY started, rowid", params)
+
+    def events(self, episode_id: str) -> list[dict[str, Any]]:
+        return self.query("SELECT * FROM events WHERE episode_id = ? ORDER BY id", (episode_id,))
+
+    def decisions(self, episode_id: str, *, span_attrs: bool = False) -> list[dict[str, Any]]:
+        """The episode's decision attempts by (seq, attempt); ``span_attrs``: each row also has its
+        decision span's ``attrs`` (as stored) under ``span_attrs``."""
+        if span_attrs:
+            return self.query("SELECT d.*, s.attrs AS span_attrs FROM decisions d LEFT JOIN spans s ON s.id = d.span_id "
+                              "WHERE d.episode_id = ? ORDER BY d.seq, d.attempt", (episode_id,))
+        return self.query("SELECT * FROM decisions WHERE episode_id = ? ORDER BY seq, attempt", (episode_id,))
+
+    def decision_validity(self, episode_ids: Sequence[str]) -> list[bool]:
+        """Whether each decision attempt of these episodes was valid (one entry per attempt)."""
+        if not episode_ids:
+            return []
+        rows = self.query(f"SELECT valid FROM decisions WHERE episode_id IN ({_marks(episode_ids)})", tuple(episode_ids))
+        return [bool(r["valid"]) for r in rows]
+
+    # -- aggregates over a run -----------------------------------------------------------------
+    def decision_counts(self, run_id: str) -> dict[str, tuple[int, int]]:
+        """Per episode of the run that made decisions: (invalid attempts, attempts)."""
+        rows = self.query(
+            "SELECT d.episode_id AS ep, SUM(d.valid = 0) AS bad, COUNT(*) AS n FROM decisions d "
+            "JOIN episodes e ON e.id = d.episode_id WHERE e.run_id = ? GROUP BY d.episode_id", (run_id,))
+        return {r["ep"]: (int(r["bad"] or 0), int(r["n"])) for r in rows}
+
+    def span_label_counts(self, run_id: str, kinds: Sequence[str], attr: str) -> dict[str, Counter[str]]:
+        """Per episode of the run: how many spans of ``kinds`` carry each label, the label being
+        the span's ``attrs[attr]`` or, without one, its name."""
+        rows = self.query(
+            f"SELECT s.episode_id AS ep, COALESCE(json_extract(s.attrs, ?), s.name) AS label, COUNT(*) AS n FROM spans s "
+            f"JOIN episodes e ON e.id = s.episode_id WHERE e.run_id = ? AND s.kind IN ({_marks(kinds)}) GROUP BY 1, 2",
+            ("$." + attr, run_id, *kinds))
+        counts: dict[str, Counter[str]] = defaultdict(Counter)
+        for r in rows:
+            counts[r["ep"]][str(r["label"])] += int(r["n"])
+        return counts
