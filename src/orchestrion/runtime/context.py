@@ -105,6 +105,12 @@ class RunContext:
         value = getattr(self.strategy_options, name, None)
         return default if value is None else value
 
+    def with_tools(self, tools: ToolRegistry) -> "RunContext":
+        """The same episode (pool, tracer, budget, options, recorded results) with other tools."""
+        child = RunContext(self.pool, tools, self.tracer, self.budget, self.strategy_options)
+        child.results = self.results  # one list: the grounding rate sees every call of the episode
+        return child
+
     def temperature(self, role: Role) -> float:
         """The sampling temperature of ``role``: option ``ROLE_temperature``, else the pool's
         ``temperature:`` block, else 0 (greedy)."""

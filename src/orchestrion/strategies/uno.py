@@ -298,8 +298,7 @@ class Uno(Strategy):
         opts = ctx.options_as(self.Options)
         lam, cap = opts.cost_weight, opts.max_cost_usd
         most = min(MAX_SUBTASKS, max(2, opts.max_subtasks))
-        xctx = RunContext(ctx.pool, ToolRegistry([*ctx.tools.tools(), DirectPrimitive()]), ctx.tracer, ctx.budget,
-                          ctx.strategy_options)
+        xctx = ctx.with_tools(ToolRegistry([*ctx.tools.tools(), DirectPrimitive()]))
         pairs, excluded = admissible_pairs(ctx.pool, xctx.tools, task.prompt, cap)
         if not pairs:
             return Answer("", status="no_admissible_pair", meta={"excluded": excluded})
