@@ -57,7 +57,7 @@ SHAPE: dict[str, tuple[int, int, int]] = {
 # accuracy priors (not measured): tier 1 -> 0.35 ... tier 5 -> 0.83, plus a small bonus per primitive
 PRIMITIVE_BONUS: dict[str, float] = {"direct": 0.0, "cot": 0.05, "code": 0.04, "retrieval": 0.03, "ensemble": 0.07}
 PRIMITIVE_HELP: dict[str, str] = {
-    "direct": "a plain answer in one call", "cot": "step-by-step reasoning", "code": "write and run a Python program",
+    "direct": "a plain answer in one call", "cot": "step-by-step reasoning", "code": "write and run a Python program (exact arithmetic, counting, sorting)",
     "retrieval": "search the local documents, then answer", "ensemble": "three samples and a majority vote (3x the calls)",
 }
 DEFAULT_COST_WEIGHT = 10.0  # λ: accuracy points given up per dollar
@@ -308,7 +308,7 @@ class Uno(Strategy):
                              for n in dict.fromkeys(p.model for p in pairs)),
             primitives="\n".join(f"- {p}: {PRIMITIVE_HELP[p]}" for p in dict.fromkeys(p.primitive for p in pairs)),
             excluded="".join(f"\nNot allowed: {k} ({v})" for k, v in list(excluded.items())[:6]),
-            lam=lam, most=most, example_model=pairs[0].model, example_primitive=pairs[0].primitive,
+            lam=lam, most=most,
         ))
         decision = await decide_with_options(ctx, opts, bound_action(pairs, cap, most),
                                              [system, msg("user", render("uno_task", task=task.prompt))],
