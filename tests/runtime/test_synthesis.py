@@ -19,6 +19,11 @@ def test_citation_is_replaced_by_the_cited_result_exactly() -> None:
     assert text.endswith("Answer: 221844") and cited == [2]
 
 
+def test_a_label_pointing_at_the_answer_line_is_not_repeated() -> None:
+    assert ground("[R1] Answer: 156", [Evidence("calculator", "156")]) == ("Answer: 156", [1])
+    assert ground("[R1] Answer: [R1]", [Evidence("calculator", "156")]) == ("Answer: 156", [1, 1])
+
+
 def test_a_bare_label_on_the_answer_line_is_a_citation() -> None:
     text, cited = ground("Answer: R1", [Evidence("calculator -> status=OK 156")])
     assert text == "Answer: 156" and cited == [1]

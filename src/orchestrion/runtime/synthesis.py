@@ -19,6 +19,8 @@ from .context import RunContext
 _CITE = re.compile(r"\[\s*R(\d+)\s*\]")
 _BARE = re.compile(r"^(?:answer:\s*)?R(\d+)\.?$", re.IGNORECASE)
 _ANSWER = re.compile(r"^\s*(?:final answer|answer)\s*:\s*", re.IGNORECASE)
+# a label that only points at the answer line right after it: "[R1] Answer: 156"
+_POINTER = re.compile(r"\[\s*R(\d+)\s*\]\s*(?=(?:final answer|answer)\s*:)", re.IGNORECASE)
 MAX_RESULTS = 12
 
 
@@ -48,6 +50,14 @@ def _value_of(text: str) -> str:
 def ground(text: str, evidence: Sequence[Evidence]) -> tuple[str, list[int]]:
     """``text`` with each citation ``[Rn]`` replaced by result n; and the cited numbers."""
     cited: list[int] = []
+
+    def drop(m: re.Match[str]) -> str:
+        if 1 <= int(m.group(1)) <= len(evidence):
+            cited.append(int(m.group(1)))
+            return ""
+        return m.group(0)
+
+    text = _POINTER.sub(drop, text)
 
     def swap(m: re.Match[str]) -> str:
         n = int(m.group(1))
