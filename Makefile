@@ -37,6 +37,8 @@ demo: $(VENV)/.stamp-embedded
 	$(VENV)/bin/orchestrion run "$(DEMO_TASK)" --pool local --strategy para --set max_rounds=3
 
 test: $(VENV)/.stamp-data
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
 
 test-fast: $(VENV)/.stamp-data

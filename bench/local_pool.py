@@ -71,7 +71,10 @@ class PoolFactory:
         else:
             config = base.model_copy(update={"models": models, **self.roles})
         label = "local" if self.only is None else self.only
-        return Pool(config, source=f"preset '{label}'" + ("" if self.state_cache is None else f" state_cache={self.state_cache}"))
+        return Pool(
+            config,
+            source=f"preset '{label}'" + ("" if self.state_cache is None else f" state_cache={self.state_cache}"),
+        )
 
 
 def _load_state(path: Path) -> dict[str, str]:
@@ -121,8 +124,12 @@ def _row(label: str, s: StrategySummary) -> dict[str, Any]:
 
 
 def _fmt(rows: list[dict[str, Any]], title: str) -> str:
-    out = [f"\n**{title}**\n", "| strategy | accuracy ± se | n | grounding (n) | tokens/episode | s/episode | $/episode (compute) | statuses |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"\n**{title}**\n",
+        "| strategy | accuracy ± se | n | grounding (n) | tokens/episode | s/episode | $/episode (compute) "
+        "| statuses |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         grounding = "-" if r["grounding"] is None else f"{r['grounding']:.2f} ({r['grounded_n']})"
         cost = "unknown" if r["cost"] is None else f"{r['cost']:.6f}"
@@ -147,7 +154,8 @@ def _average(per_task: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
             "label": f"{label} ({k} tasks)", "accuracy": sum(r["accuracy"] for r in rows) / k,
             "stderr": math.sqrt(sum(r["stderr"] ** 2 for r in rows)) / k, "n": sum(r["n"] for r in rows),
             "grounding": (sum(r["grounding"] * r["grounded_n"] for r in g) / grounded_n) if grounded_n else None,
-            "grounded_n": grounded_n, "tokens": sum(r["tokens"] for r in rows) / k, "wall": sum(r["wall"] for r in rows) / k,
+            "grounded_n": grounded_n, "tokens": sum(r["tokens"] for r in rows) / k,
+            "wall": sum(r["wall"] for r in rows) / k,
             "cost": None if any(c is None for c in costs) else sum(costs) / k, "statuses": _sum_statuses(rows),
         })
     return out
@@ -172,7 +180,8 @@ def _plot(rows: list[dict[str, Any]], path: Path) -> None:
         if r["cost"] is None:
             continue
         ax.errorbar(r["cost"], r["accuracy"], yerr=r["stderr"], fmt="o", capsize=3)
-        ax.annotate(r["label"].split(" (")[0], (r["cost"], r["accuracy"]), textcoords="offset points", xytext=(5, 4), fontsize=8)
+        ax.annotate(r["label"].split(" (")[0], (r["cost"], r["accuracy"]), textcoords="offset points", xytext=(5, 4),
+                    fontsize=8)
     ax.set_xscale("log")
     ax.set_xlabel("compute cost per episode ($, local models priced by CPU time)")
     ax.set_ylabel("accuracy (mean over tasks)")
@@ -217,10 +226,12 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--limit", type=int, default=5, help="examples per task (default 5)")
     ap.add_argument("--tasks", default=",".join(TASKS), help="comma-separated BIG-bench tasks, or 'none'")
-    ap.add_argument("--strategies", default="core", help="'core' (%s), 'all', or a comma-separated list" % ",".join(CORE))
+    ap.add_argument("--strategies", default="core", help=f"'core' ({','.join(CORE)}), 'all', or a comma-separated list")
     ap.add_argument("--no-single", action="store_true", help="skip `direct` on each single model")
-    ap.add_argument("--kv-compare", type=int, default=0, metavar="N", help="first compare state cache off/on on N episodes")
-    ap.add_argument("--roles", type=int, default=0, metavar="N", help="first compare orchestrator/synthesizer pairs on N episodes")
+    ap.add_argument("--kv-compare", type=int, default=0, metavar="N",
+                    help="first compare state cache off/on on N episodes")
+    ap.add_argument("--roles", type=int, default=0, metavar="N",
+                    help="first compare orchestrator/synthesizer pairs on N episodes")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=Path("bench/out/local_pool"))
     args = ap.parse_args()
@@ -232,7 +243,13 @@ async def main() -> None:
         await kv_compare(args.kv_compare, store, state, state_path)
     if args.roles:
         await roles_compare(args.roles, store, state, state_path)
-    names = sorted(strategies()) if args.strategies == "all" else CORE if args.strategies == "core" else args.strategies.split(",")
+    names = (
+        sorted(strategies())
+        if args.strategies == "all"
+        else CORE
+        if args.strategies == "core"
+        else args.strategies.split(",")
+    )
     tasks = [] if args.tasks == "none" else args.tasks.split(",")
     per_task: dict[str, list[dict[str, Any]]] = {}
     for task in tasks:
@@ -242,11 +259,13 @@ async def main() -> None:
             for model in LOCAL_MODELS:
                 config = EvalConfig(dataset=dataset, strategies=["direct"], limit=args.limit, seed=args.seed,
                                     concurrency=1, pool=model, budget=BUDGET, options=_options(["direct"]))
-                run_id = await _run(f"{task}/direct@{model}/{args.limit}", config, PoolFactory(only=model), store, state, state_path)
+                run_id = await _run(f"{task}/direct@{model}/{args.limit}", config, PoolFactory(only=model), store,
+                                    state, state_path)
                 rows += [_row(f"direct on {model}", s) for s in summarize(store, run_id)]
         config = EvalConfig(dataset=dataset, strategies=names, limit=args.limit, seed=args.seed, concurrency=1,
                             pool="local", budget=BUDGET, options=_options(names))
-        run_id = await _run(f"{task}/local/{','.join(names)}/{args.limit}", config, PoolFactory(), store, state, state_path)
+        run_id = await _run(f"{task}/local/{','.join(names)}/{args.limit}", config, PoolFactory(), store, state,
+                            state_path)
         rows += [_row(f"{s.strategy} (local pool)", s) for s in summarize(store, run_id)]
         per_task[task] = rows
         print(_fmt(rows, f"bigbench:{task}, {args.limit} examples, seed {args.seed}"), flush=True)

@@ -32,8 +32,19 @@ from rich.console import Console
 from rich.table import Table
 
 from orchestrion import (
-    BudgetTracker, GenerateConfig, ModelSpec, Node, Pool, PoolConfig, Price, RunContext, ToolRegistry,
-    Tracer, TraceStore, msg, run_dag,
+    BudgetTracker,
+    GenerateConfig,
+    ModelSpec,
+    Node,
+    Pool,
+    PoolConfig,
+    Price,
+    RunContext,
+    ToolRegistry,
+    Tracer,
+    TraceStore,
+    msg,
+    run_dag,
 )
 from orchestrion.trace.tracer import new_id, reset_current, set_current
 
@@ -83,7 +94,8 @@ def fake_server(delay_ms: float, start_timeout_s: float = 20.0) -> Iterator[str]
             proc.wait(5)
 
 
-async def measure(work: Callable[[], Awaitable[None]], calls: int, settle: Callable[[], Awaitable[None]] | None) -> Sample:
+async def measure(work: Callable[[], Awaitable[None]], calls: int,
+                  settle: Callable[[], Awaitable[None]] | None) -> Sample:
     """Wall time of ``work``; CPU time of ``work`` plus ``settle`` (committing its trace)."""
     gc.collect()
     cpu0, t0 = time.process_time(), time.perf_counter()
@@ -112,7 +124,8 @@ class Orchestrion:
                 return done.text
             return run
 
-        return [Node(f"L{k}.{i}", make(k, i), deps=(f"L{k - 1}.{i}",) if k else ()) for k in range(depth) for i in range(fanout)]
+        return [Node(f"L{k}.{i}", make(k, i),
+                     deps=(f"L{k - 1}.{i}",) if k else ()) for k in range(depth) for i in range(fanout)]
 
     async def run(self, fanout: int, depth: int) -> Sample:
         episode_id = new_id()
@@ -177,7 +190,9 @@ def verdict(row: Row, delay_ms: float) -> str:
 
 
 def report(rows: list[Row], delay_ms: float, repeat: int) -> None:
-    table = Table(title=f"run_dag + traced generate vs official openai SDK ({delay_ms:g} ms per call, median of {repeat})")
+    table = Table(
+        title=f"run_dag + traced generate vs official openai SDK ({delay_ms:g} ms per call, median of {repeat})"
+    )
     for name in ("fanout", "depth", "calls", "orchestrion ratio", "orchestrion CPU ms/call",
                  "openai-SDK ratio", "SDK CPU ms/call", "targets"):
         table.add_column(name, justify="left" if name == "targets" else "right")
@@ -211,9 +226,12 @@ async def bench(args: argparse.Namespace, base_url: str, store: TraceStore) -> l
                     for run, samples in order if r % 2 == 0 else order[::-1]:
                         async with asyncio.timeout(args.run_timeout):
                             samples.append(await run(fanout, depth))
-                console.print(f"  fanout {fanout:>3} depth {depth}: orchestrion {ratio(row.ours, depth, args.delay_ms):.2f}x "
-                              f"{cpu_ms(row.ours):.3f} ms/call | SDK {ratio(row.sdk, depth, args.delay_ms):.2f}x "
-                              f"{cpu_ms(row.sdk):.3f} ms/call", style="dim")
+                console.print(
+                    f"  fanout {fanout:>3} depth {depth}: orchestrion {ratio(row.ours, depth, args.delay_ms):.2f}x "
+                    f"{cpu_ms(row.ours):.3f} ms/call | SDK {ratio(row.sdk, depth, args.delay_ms):.2f}x "
+                    f"{cpu_ms(row.sdk):.3f} ms/call",
+                    style="dim",
+                )
                 rows.append(row)
         return rows
     finally:
@@ -233,7 +251,8 @@ def int_list(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Scheduler benchmark: traced DAG fan-out vs the official openai SDK")
-    p.add_argument("--fanout", type=int_list, default=[1, 4, 16, 64, 256], help="comma-separated (default 1,4,16,64,256)")
+    p.add_argument("--fanout", type=int_list, default=[1, 4, 16, 64, 256],
+                   help="comma-separated (default 1,4,16,64,256)")
     p.add_argument("--depth", type=int_list, default=[1, 2, 4], help="comma-separated (default 1,2,4)")
     p.add_argument("--delay-ms", type=float, default=50.0, help="server delay per call (default 50)")
     p.add_argument("--repeat", type=int, default=3, help="runs per configuration and client; medians shown (default 3)")
@@ -252,7 +271,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             rows = asyncio.run(everything(url, store))
         except TimeoutError:
-            console.print(f"[red]timed out[/] (--run-timeout {args.run_timeout:g}s per run, --timeout {args.timeout:g}s in all)")
+            console.print(
+                f"[red]timed out[/] (--run-timeout {args.run_timeout:g}s per run, --timeout {args.timeout:g}s in all)"
+            )
             return 1
         else:
             store.flush()

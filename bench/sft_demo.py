@@ -54,7 +54,8 @@ def make_tasks(n: int, seed: int) -> list[dict[str, Any]]:
         a, b, c, d, e = (rng.randint(11, 99), rng.randint(11, 99), rng.randint(100, 999), rng.randint(11, 99),
                          rng.randint(11, 99))
         expr = f"{a} * {b} - {c} + {d} * {e}"
-        rows.append({"id": f"s{seed}-{i}", "prompt": f"Compute {expr}. Reply with the number.", "answer": str(eval(expr))})
+        rows.append({"id": f"s{seed}-{i}", "prompt": f"Compute {expr}. Reply with the number.",
+                     "answer": str(eval(expr))})
     return rows
 
 

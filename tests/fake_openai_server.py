@@ -38,7 +38,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 import orjson
 from aiohttp import web
@@ -55,8 +55,8 @@ class FakeReply:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-ReplyItem = Union[str, FakeReply]
-Replies = Union[Sequence[ReplyItem], Callable[[dict[str, Any]], ReplyItem], None]
+ReplyItem = str | FakeReply
+Replies = Sequence[ReplyItem] | Callable[[dict[str, Any]], ReplyItem] | None
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None, param: str | None = None) -> web.Response:

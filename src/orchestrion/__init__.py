@@ -1,13 +1,20 @@
 """Orchestrion: learned agentic orchestration on one runtime.
 
 The public API is re-exported here; submodules are importable but private by
-convention.
+convention. The eval and train names are imported on first access (module
+``__getattr__``), so ``import orchestrion`` loads neither package.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._errors import (
     BudgetExceededError,
     ConfigError,
     ModelError,
+    ModelHTTPError,
     ModelNotFoundError,
     ModelUnavailableError,
     OrchestrionError,
@@ -18,11 +25,6 @@ from ._errors import (
     TraceError,
 )
 from .api import EpisodeResult, load_pool, solve, solve_sync
-from .eval.datasets import Dataset, fetch_dataset, list_datasets, load_dataset
-from .eval.report import write_report
-from .eval.runner import EvalConfig, EvalRun, run_eval
-from .eval.scorers import Score, Scorer, pass_at_k
-from .eval.summary import StrategySummary, summarize
 from .models._cost import Price
 from .models._types import Completion, GenerateConfig, Message, Usage, msg
 from .models.pool import ModelSpec, Pool, PoolConfig
@@ -30,8 +32,8 @@ from .models.protocol import Model
 from .models.scripted import ScriptedModel
 from .runtime.budget import Budget, BudgetTracker
 from .runtime.context import Decision, RunContext
-from .runtime.protocol import Call, ParaAction, Revision, SubAgentAction
 from .runtime.plan import Plan, Subtask, execute_plan
+from .runtime.protocol import Call, ParaAction, Revision, SubAgentAction
 from .runtime.scheduler import Node, NodeResult, run_dag
 from .runtime.subagent import Harness, SubAgent, SubAgentReport
 from .strategies.base import Answer, Strategy, Task, get_strategy, register, strategies
@@ -40,16 +42,49 @@ from .tools.envelope import ToolResult, ToolStatus
 from .tools.registry import Tool, ToolRegistry
 from .trace.store import TraceStore
 from .trace.tracer import Span, Tracer
-from .train.records import DecisionRecord, RecordFilter, filter_records, load_records
-from .train.rewards import RewardConfig
+
+if TYPE_CHECKING:
+    from .eval.datasets import Dataset, fetch_dataset, list_datasets, load_dataset
+    from .eval.report import write_report
+    from .eval.runner import EvalConfig, EvalRun, run_eval
+    from .eval.scorers import Score, Scorer, pass_at_k
+    from .eval.summary import StrategySummary, summarize
+    from .train.records import DecisionRecord, RecordFilter, filter_records, load_records
+    from .train.rewards import RewardConfig
+
+# public name -> module it lives in, imported on first access
+_LAZY: dict[str, str] = {
+    **dict.fromkeys(("Dataset", "fetch_dataset", "list_datasets", "load_dataset"), ".eval.datasets"),
+    "write_report": ".eval.report",
+    **dict.fromkeys(("EvalConfig", "EvalRun", "run_eval"), ".eval.runner"),
+    **dict.fromkeys(("Score", "Scorer", "pass_at_k"), ".eval.scorers"),
+    **dict.fromkeys(("StrategySummary", "summarize"), ".eval.summary"),
+    **dict.fromkeys(("DecisionRecord", "RecordFilter", "filter_records", "load_records"), ".train.records"),
+    "RewardConfig": ".train.rewards",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Answer", "Budget", "BudgetExceededError", "BudgetTracker", "Call", "Completion", "ConfigError",
     "Decision", "EpisodeResult", "GenerateConfig", "Harness", "Message", "Model", "ModelError",
-    "ModelNotFoundError", "ModelSpec", "ModelUnavailableError", "Node", "NodeResult", "OrchestrionError",
-    "ParaAction", "Plan", "PlanError", "Subtask", "execute_plan", "Pool", "PoolConfig", "Price", "Revision", "RunContext", "ScriptedModel",
+    "ModelHTTPError", "ModelNotFoundError", "ModelSpec", "ModelUnavailableError", "Node", "NodeResult",
+    "OrchestrionError", "ParaAction", "Plan", "PlanError", "Subtask", "execute_plan", "Pool", "PoolConfig", "Price",
+    "Revision", "RunContext", "ScriptedModel",
     "Span", "Strategy", "StrategyNotFoundError", "StructuredOutputError", "SubAgent", "SubAgentAction",
     "SubAgentReport", "Task", "Tool", "ToolNotFoundError", "ToolRegistry", "ToolResult", "ToolStatus",
     "TraceError", "TraceStore", "Tracer", "Usage", "__version__", "default_tools", "get_strategy", "load_pool",

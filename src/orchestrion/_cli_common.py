@@ -23,7 +23,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 PoolOpt = Annotated[Path | None, typer.Option(
     "--pool", help="pool.yaml, or a preset: local (three pulled models) or tiny (SmolLM2 alone); "
                    "default: $ORCHESTRION_POOL, else local once pulled, else tiny")]
-DbOpt = Annotated[Path | None, typer.Option("--db", help="trace database; default $ORCHESTRION_DB or ~/.orchestrion/traces.db")]
+DbOpt = Annotated[Path | None, typer.Option("--db",
+                                            help="trace database; default $ORCHESTRION_DB or ~/.orchestrion/traces.db")]
 
 
 def friendly_with(interrupted: str) -> Callable[[F], F]:

@@ -32,6 +32,22 @@ class ModelUnavailableError(ModelError):
     """A model server could not be reached or kept failing after retries."""
 
 
+class ModelHTTPError(ModelUnavailableError):
+    """A model server answered with an HTTP error status.
+
+    ``status`` is the HTTP status, ``body`` the server's error message, and
+    ``retryable`` whether the request was worth retrying: false for a 4xx other than
+    429 (the request itself was refused, so it failed at once), true for 429 and 5xx
+    (raised once the retries ran out).
+    """
+
+    def __init__(self, message: str, status: int, body: str, retryable: bool) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.retryable = retryable
+
+
 class StructuredOutputError(ModelError):
     """A model's output never matched the required schema within the allowed repairs."""
 

@@ -21,11 +21,12 @@ from .models.pool import Pool
 from .runtime.budget import Budget, BudgetTracker
 from .runtime.context import RunContext
 from .runtime.options import episode_options
-from .strategies.base import Strategy, Task, get_strategy
+from .runtime.types import EpisodeStatus, Task
+from .strategies.base import Strategy, get_strategy
 from .tools.defaults import default_tools
 from .tools.registry import ToolRegistry
 from .trace.store import TraceStore
-from .trace.tracer import Tracer, dumps, new_id, reset_current, set_current
+from .trace.tracer import Tracer, new_id, reset_current, set_current
 
 
 @dataclass
@@ -33,7 +34,7 @@ class EpisodeResult:
     """The outcome of one episode."""
 
     answer: str
-    status: str
+    status: EpisodeStatus | str
     strategy: str
     usage: Usage
     wall_s: float
@@ -116,7 +117,8 @@ async def solve(
     the_strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
     the_pool = load_pool(pool)
     # validated before the episode starts: a bad option is a ConfigError, not a half-written episode
-    settings = episode_options(the_strategy.Options, the_strategy.name, the_pool.config.strategies.get(the_strategy.name, {}),
+    settings = episode_options(the_strategy.Options, the_strategy.name,
+                               the_pool.config.strategies.get(the_strategy.name, {}),
                                the_pool.source, options)
     opts = settings.model_dump(mode="json", exclude_unset=True)
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
@@ -130,7 +132,8 @@ async def solve(
         task=the_task.model_dump(), started=started,
         meta={"pool": the_pool.source, "options": opts, "budget": tracker.budget.model_dump()},
     )
-    answer, status, error, meta = "", "ok", None, {}
+    answer, error, meta = "", None, {}
+    status: EpisodeStatus | str = EpisodeStatus.OK
     root = tracer.start("episode", the_strategy.name, task=the_task.prompt)
     token = set_current(root)
     try:
@@ -138,16 +141,16 @@ async def solve(
             result = await the_strategy.solve(the_task, ctx)
         answer, status, meta = result.text, result.status, result.meta
     except BudgetExceededError as exc:
-        status, error = "budget_exceeded", str(exc)
+        status, error = EpisodeStatus.BUDGET_EXCEEDED, str(exc)
     except TimeoutError:
-        status, error = "budget_exceeded", f"budget exceeded: wall_s {tracker.budget.wall_s:g}s reached"
+        status, error = EpisodeStatus.BUDGET_EXCEEDED, f"budget exceeded: wall_s {tracker.budget.wall_s:g}s reached"
     except OrchestrionError as exc:
-        status, error = "error", str(exc)
+        status, error = EpisodeStatus.ERROR, str(exc)
     except asyncio.CancelledError:
-        status, error = "cancelled", "cancelled"
+        status, error = EpisodeStatus.CANCELLED, "cancelled"
         raise
     except Exception as exc:
-        status, error = "error", f"{type(exc).__name__}: {exc}"
+        status, error = EpisodeStatus.ERROR, f"{type(exc).__name__}: {exc}"
         raise
     finally:
         reset_current(token)
@@ -156,7 +159,7 @@ async def solve(
         ended = time.time()
         usage = tracker.usage
         scored: dict[str, Any] = {}
-        if scorer is not None and status != "cancelled":
+        if scorer is not None and status != EpisodeStatus.CANCELLED:
             grounding = await _score_results(scorer, the_task, ctx.results)  # before the answer's score
             scored = {**await _score(scorer, the_task, answer), **grounding}
         the_store.finish_episode(episode_id, status=status, answer=answer, error=error, ended=ended, usage=usage,

@@ -1,4 +1,7 @@
-"""The `orchestrion` command line: run | trace | tool | pool | strategies | serve | view | eval | report | datasets | train."""
+"""The `orchestrion` command line.
+
+Commands: run | trace | tool | pool | strategies | serve | view | eval | report | datasets | train.
+"""
 
 from __future__ import annotations
 
@@ -15,13 +18,13 @@ from ._cli_common import DbOpt, PoolOpt, err, friendly, out, parse_settings
 from .api import load_pool, solve
 from .eval import _cli_datasets, _cli_eval, _cli_report
 from .models import _cli_models
-from .train import _cli_data, _cli_rl, _cli_sft
 from .runtime.budget import Budget
 from .strategies.base import strategies
 from .tools.defaults import default_tools
 from .trace.export import export_jsonl
 from .trace.render import episode_tree, list_episodes
 from .trace.store import TraceStore
+from .train import _cli_data, _cli_rl, _cli_sft
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Learned agentic orchestration: run, trace and compare orchestration strategies.")
@@ -31,17 +34,21 @@ app.add_typer(trace_app, name="trace")
 @friendly
 def run(
     task: Annotated[str, typer.Argument(help="the task, in quotes")],
-    strategy: Annotated[str, typer.Option("--strategy", "-s", help="strategy name (see `orchestrion strategies`)")] = "para",
+    strategy: Annotated[str, typer.Option(
+        "--strategy", "-s", help="strategy name (see `orchestrion strategies`)")] = "para",
     pool: PoolOpt = None,
     db: DbOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-    budget: Annotated[list[str], typer.Option("--budget", help="limit, e.g. tokens=4000 or wall_s=60 (repeatable)")] = [],  # noqa: B006
+    budget: Annotated[list[str], typer.Option(
+        "--budget", help="limit, e.g. tokens=4000 or wall_s=60 (repeatable)")] = [],  # noqa: B006
     max_parallel: Annotated[int | None, typer.Option("--max-parallel", min=1, help="1 = serial variant")] = None,
-    max_active: Annotated[int | None, typer.Option("--max-active", min=1, help="proactive: sub-agents running at once")] = None,
+    max_active: Annotated[int | None, typer.Option(
+        "--max-active", min=1, help="proactive: sub-agents running at once")] = None,
     corpus: Annotated[Path | None, typer.Option("--corpus", help="folder or JSONL for the retrieve tool")] = None,
     settings: Annotated[list[str], typer.Option("--set", help="strategy option KEY=VALUE (repeatable)")] = [],  # noqa: B006
     orchestrator_adapter: Annotated[Path | None, typer.Option(
-        "--orchestrator-adapter", help="LoRA adapter for the orchestrator (dir from `train sft`, or adapter.gguf)")] = None,
+        "--orchestrator-adapter",
+        help="LoRA adapter for the orchestrator (dir from `train sft`, or adapter.gguf)")] = None,
 ) -> None:
     """Solve one task and print the answer, tokens, cost, wall time and trace id."""
     options = parse_settings(settings)
@@ -87,7 +94,8 @@ def trace_list(db: DbOpt = None, limit: int = 20) -> None:
     for ep in list_episodes(TraceStore(db), limit):
         cost = "unknown" if ep["cost_usd"] is None else f"${ep['cost_usd']:.6f}"
         status = ep["status"] if ep["finished"] else f"{ep['status']} (unfinished)"
-        table.add_row(ep["id"], ep["strategy"], status, str(ep["input_tokens"] + ep["output_tokens"]), cost, ep["task"][:60])
+        table.add_row(ep["id"], ep["strategy"], status, str(ep["input_tokens"] + ep["output_tokens"]), cost,
+                      ep["task"][:60])
     out.print(table)
 
 
@@ -140,14 +148,18 @@ def pool_cmd(pool: PoolOpt = None) -> None:
         table.add_row(row["name"], row["backend"], str(row["tier"]), str(row["context"]), price_in, price_out,
                       str(row["concurrency"]), row["description"])
     out.print(table)
-    out.print(f"orchestrator: {the_pool.orchestrator}   synthesizer: {the_pool.synthesizer}   executor: {the_pool.executor}")
+    out.print(
+        f"orchestrator: {the_pool.orchestrator}   synthesizer: {the_pool.synthesizer}   executor: {the_pool.executor}"
+    )
 
 
 @app.command("strategies")
 @friendly
 def strategies_cmd(
-    name: Annotated[str | None, typer.Argument(help="a strategy: print its options (name, type, default, description)")] = None,
-    names: Annotated[bool, typer.Option("--names", help="names only, one per line (with NAME: its option names)")] = False,
+    name: Annotated[str | None,
+                    typer.Argument(help="a strategy: print its options (name, type, default, description)")] = None,
+    names: Annotated[bool, typer.Option("--names",
+                                        help="names only, one per line (with NAME: its option names)")] = False,
 ) -> None:
     """List the orchestration strategies, or the options of one (`orchestrion strategies para`)."""
     from .runtime.options import options_table
@@ -161,7 +173,8 @@ def strategies_cmd(
             sys.stdout.write("\n".join(row[0] for row in rows) + "\n")
             return
         table = Table("option", "type", "default", "description",
-                      title=f"{name}: {chosen.summary}", caption="set with --set KEY=VALUE, or in pool.yaml under strategies:")
+                      title=f"{name}: {chosen.summary}",
+                      caption="set with --set KEY=VALUE, or in pool.yaml under strategies:")
         for row in rows:
             table.add_row(*row)
         out.print(table, highlight=False, markup=False)
@@ -183,10 +196,13 @@ def serve(
     db: DbOpt = None,
     host: Annotated[str, typer.Option("--host", help="bind address; loopback by default")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8000,
-    api_key_env: Annotated[str | None, typer.Option("--api-key-env", help="env var holding the API key clients must send")] = None,
+    api_key_env: Annotated[str | None, typer.Option("--api-key-env",
+                                                    help="env var holding the API key clients must send")] = None,
     max_concurrent: Annotated[int, typer.Option("--max-concurrent", min=1, help="episodes at once; more get 429")] = 16,
-    max_body_kb: Annotated[int, typer.Option("--max-body-kb", min=1, help="largest request body; larger get 413")] = 256,
-    max_tokens_cap: Annotated[int | None, typer.Option("--max-tokens-cap", min=1, help="per-request token budget cap")] = None,
+    max_body_kb: Annotated[int, typer.Option("--max-body-kb", min=1,
+                                             help="largest request body; larger get 413")] = 256,
+    max_tokens_cap: Annotated[int | None, typer.Option("--max-tokens-cap", min=1,
+                                                       help="per-request token budget cap")] = None,
 ) -> None:
     """Serve every strategy as a model over an OpenAI-compatible API (/v1/chat/completions)."""
     from .serve.server import ServeSettings, run_server
@@ -202,7 +218,8 @@ def view(
     db: DbOpt = None,
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8765,
-    export: Annotated[Path | None, typer.Option("--export", help="write a static bundle to DIR instead of serving")] = None,
+    export: Annotated[Path | None, typer.Option("--export",
+                                                help="write a static bundle to DIR instead of serving")] = None,
 ) -> None:
     """Browse runs and episodes in a web page: plan DAG, timeline, decisions, costs."""
     from .serve.viewer import export_static, run_viewer

@@ -73,7 +73,8 @@ def test_bigbench_multiple_choice_task_fields(bb_root: Path) -> None:
     for label, option in zip(task.metadata["labels"], task.choices or []):
         assert f"({label}) {option}" in task.prompt
     # options are shuffled per example, so the right one is not always (A)
-    firsts = [t.choices[0] == t.answer for t in load_dataset("bigbench:date_understanding", limit=60).tasks if t.choices]
+    firsts = [t.choices[0] == t.answer for t in load_dataset("bigbench:date_understanding",
+                                                             limit=60).tasks if t.choices]
     assert 0 < sum(firsts) < len(firsts)
 
 
@@ -84,7 +85,10 @@ def test_bigbench_exact_and_numeric_targets(bb_root: Path) -> None:
     arith = load_dataset("bigbench:arithmetic/2_digit_multiplication", limit=1).tasks[0]
     assert arith.answer == "1000" and arith.choices is None  # exact_str_match task: the distractors are not listed
     sorting = load_dataset("bigbench:word_sorting", limit=1).tasks[0]
-    assert sorting.prompt.startswith("Sort the following words alphabetically:") and "List: stick gelatine" in sorting.prompt
+    assert (
+        sorting.prompt.startswith("Sort the following words alphabetically:")
+        and "List: stick gelatine" in sorting.prompt
+    )
 
 
 def test_bigbench_task_with_subtasks_loads_them_all(bb_root: Path) -> None:
@@ -167,7 +171,8 @@ def toy_sdist(path: Path) -> None:
         "bigbench-1.0.0/setup.py": b"print('not extracted')",
         "bigbench-1.0.0/bigbench/benchmark_tasks/toy/README.md": b"# toy",
         "bigbench-1.0.0/bigbench/benchmark_tasks/toy/task.json": json.dumps(
-            {"examples": [{"input": "2+2?", "target": "4"}, {"input": "sky?", "target_scores": {"blue": 1, "green": 0}}]}
+            {"examples": [{"input": "2+2?", "target": "4"}, {"input": "sky?",
+                                                             "target_scores": {"blue": 1, "green": 0}}]}
         ).encode(),
         "bigbench-1.0.0/bigbench/benchmark_tasks/group/one/task.json": json.dumps(
             {"examples": [{"input": "x", "target": "y"}]}
@@ -238,7 +243,9 @@ def test_humaneval_canonical_solutions_pass_and_wrong_bodies_fail() -> None:
         outputs = [t.metadata["canonical_solution"] for t in tasks]  # a body only: the code prompt is prepended
         outputs.append("    return None\n")  # wrong body for the first problem
         first = tasks[0]
-        outputs.append(f"Here it is:\n```python\n{first.metadata['code_prompt']}{first.metadata['canonical_solution']}```")
+        outputs.append(
+            f"Here it is:\n```python\n{first.metadata['code_prompt']}{first.metadata['canonical_solution']}```"
+        )
         outputs.append(f"```python\ndef {first.metadata['entry_point']}(numbers, threshold):\n    return False\n```")
         graded = [tasks[0]] * 3
         scores = await asyncio.gather(*(scorer(t, o) for t, o in zip([*tasks, *graded], outputs)))
@@ -274,7 +281,8 @@ def test_jsonl_rows_and_scoring_modes(tmp_path: Path) -> None:
     assert [t.metadata["scoring"] for t in ds.tasks] == ["exact", "numeric", "multiple_choice"]
     assert "(B) blue" in ds.tasks[2].prompt and ds.tasks[2].metadata["target_scores"] == {"green": 0.0, "blue": 1.0}
     assert [t.id for t in load_dataset(f"jsonl:{path}").tasks] == ["q1", "2", "q3"]
-    got = [asyncio.run(ds.scorer(t, o)).correct for t, o in zip(ds.tasks, ["Answer: paris", "It is 42.0", "Answer: (B)"])]
+    got = [asyncio.run(ds.scorer(t, o)).correct for t, o in zip(ds.tasks,
+                                                                ["Answer: paris", "It is 42.0", "Answer: (B)"])]
     assert got == [True, True, True]
 
 

@@ -61,7 +61,8 @@ def test_inspect_eval_scores_follow_the_scripted_answers(offline: list[Any], sto
 
     pool = Pool.from_models([ScriptedModel(arithmetic, name="calc")])
     task = Task(
-        dataset=[Sample(input="What is 2+3?", target="5", id="add"), Sample(input="What is 4+4?", target="8", id="double")],
+        dataset=[Sample(input="What is 2+3?", target="5", id="add"), Sample(input="What is 4+4?", target="8",
+                                                                            id="double")],
         solver=orchestrion_solver("direct", pool=pool, store=store, run_id="inspect-run"),
         scorer=match(),
         epochs=2,

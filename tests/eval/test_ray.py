@@ -99,7 +99,8 @@ async def test_episode_rows_move_between_stores_in_one_piece(tmp_path: Path) -> 
     orch = ScriptedModel(["not json", decide, json.dumps({"thought": "t", "calls": [], "final": True}), "4"], name="o")
     res = await solve("What is 2+2?", strategy="para", pool=Pool.from_models([orch]), store=source, run_id="r")
     for i in range(2):  # para writes no events of its own; give the episode two
-        source.submit("INSERT INTO events (episode_id, ts, kind, data) VALUES (?,?,?,?)", (res.trace_id, i, f"k{i}", "{}"))
+        source.submit("INSERT INTO events (episode_id, ts, kind, data) VALUES (?,?,?,?)",
+                      (res.trace_id, i, f"k{i}", "{}"))
     source.flush()
     rows = source.export_episode_rows(res.trace_id)
     assert len(rows["episodes"]) == 1 and len(rows["events"]) == 2 and rows["spans"]

@@ -98,7 +98,8 @@ def arithmetic(messages: Sequence[Message], config: GenerateConfig) -> str | Exc
 
 
 def write_dataset(path: Path) -> Path:
-    rows = [{"id": "add", "prompt": "What is 2+3?", "answer": "5"}, {"id": "double", "prompt": "What is 4+4?", "answer": "8"}]
+    rows = [{"id": "add", "prompt": "What is 2+3?", "answer": "5"}, {"id": "double", "prompt": "What is 4+4?",
+                                                                     "answer": "8"}]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
 

@@ -16,7 +16,19 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from orchestrion import Answer, ConfigError, GenerateConfig, Message, Pool, ScriptedModel, Strategy, Task, ToolRegistry, TraceStore, solve
+from orchestrion import (
+    Answer,
+    ConfigError,
+    GenerateConfig,
+    Message,
+    Pool,
+    ScriptedModel,
+    Strategy,
+    Task,
+    ToolRegistry,
+    TraceStore,
+    solve,
+)
 from orchestrion.cli import app
 from orchestrion.eval.runner import EvalConfig, Observer, Tally, run_eval, unique_ids, work_items
 from orchestrion.eval.summary import summarize
@@ -109,8 +121,10 @@ async def test_run_counts_scores_and_summary(tmp_path: Path, store: TraceStore) 
     assert cot.accuracy == 1.0 and cot.stderr == 0.0
     assert direct.models == {"m": 6} and cot.models == {"m": 6} and direct.tools == {}
     assert direct.invalid_action_rate == 0.0 and direct.statuses == {"ok": 6}
-    spans = store.query("SELECT s.input_tokens AS i, s.output_tokens AS o FROM spans s JOIN episodes e ON e.id = s.episode_id "
-                        "WHERE e.strategy = 'direct' AND s.kind = 'call'")
+    spans = store.query(
+        "SELECT s.input_tokens AS i, s.output_tokens AS o FROM spans s JOIN episodes e ON e.id = s.episode_id "
+        "WHERE e.strategy = 'direct' AND s.kind = 'call'"
+    )
     assert direct.input_tokens == sum(s["i"] for s in spans) > 0
     assert direct.output_tokens == sum(s["o"] for s in spans) > 0
     expected_cost = (direct.input_tokens * 1.0 + direct.output_tokens * 2.0) / 1e6
@@ -170,7 +184,8 @@ async def test_cancelled_episode_is_not_scored(store: TraceStore) -> None:
         return {"score": 1.0}
 
     pool = Pool.from_models([ScriptedModel(["x"], delay_s=5)])
-    job = asyncio.create_task(solve("q", strategy="direct", pool=pool, tools=ToolRegistry([]), store=store, scorer=scorer))
+    job = asyncio.create_task(solve("q", strategy="direct", pool=pool, tools=ToolRegistry([]), store=store,
+                                    scorer=scorer))
     await asyncio.sleep(0.2)
     job.cancel()
     with pytest.raises(asyncio.CancelledError):

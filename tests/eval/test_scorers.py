@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from orchestrion.eval._extract import extract_answer, extract_number, marked_answer, normalize, parse_number
+from orchestrion._text import extract_answer, extract_number, marked_answer, normalize, parse_number
 from orchestrion.eval.scorers import (
     AutoScorer,
     ExactMatch,
@@ -223,7 +223,8 @@ def test_marked_answer_inside_marked_answer() -> None:
 # options and targets are those tasks' own. Expected extractions were checked by hand.
 
 NAVIGATE = {"True": 1.0, "False": 0.0}
-LOGIC_236 = {"The tractor is the oldest.": 0.0, "The station wagon is the oldest.": 0.0, "The limousine is the oldest.": 1.0}
+LOGIC_236 = {"The tractor is the oldest.": 0.0, "The station wagon is the oldest.": 0.0,
+             "The limousine is the oldest.": 1.0}
 LOGIC_236_ORDER = ["The tractor is the oldest.", "The limousine is the oldest.", "The station wagon is the oldest."]
 DATE_164 = ["04/05/1973", "03/04/2007", "01/02/1973", "03/05/1973", "03/04/1973", "03/05/1983"]
 DATE_310 = ["07/30/1924", "03/15/1925", "09/15/1924", "07/07/1924", "09/14/1924", "10/13/1924"]
@@ -240,7 +241,8 @@ def one_hot(options: list[str], right: str) -> dict[str, float]:
 REAL_CASES: list[tuple[str, Task, str, str | None, float]] = [
     ("navigate direct", mc_task(NAVIGATE, ["True", "False"]), "The answer is (C)", "(C)", 0.0),
     ("navigate cot", mc_task(NAVIGATE, ["True", "False"]), "(A)", "True", 1.0),
-    ("logic direct", mc_task(LOGIC_236, LOGIC_236_ORDER), "(B) The limousine is the oldest.", "The limousine is the oldest.", 1.0),
+    ("logic direct", mc_task(LOGIC_236, LOGIC_236_ORDER), "(B) The limousine is the oldest.",
+     "The limousine is the oldest.", 1.0),
     (
         "date cot",
         mc_task(one_hot(DATE_164, "03/04/1973"), DATE_164),
@@ -270,7 +272,8 @@ REAL_CASES: list[tuple[str, Task, str, str | None, float]] = [
         "pink ball.",
         1.0,
     ),
-    ("tracking cot, label and text disagree", mc_task(one_hot(TRACK_77, "pink ball."), TRACK_77), "(A) blue ball.", "black ball.", 0.0),
+    ("tracking cot, label and text disagree", mc_task(one_hot(TRACK_77, "pink ball."), TRACK_77), "(A) blue ball.",
+     "black ball.", 0.0),
     (
         "temporal cot",
         mc_task(one_hot(TEMPORAL_852, "5pm to 6pm"), TEMPORAL_852),
@@ -290,8 +293,10 @@ REAL_CASES: list[tuple[str, Task, str, str | None, float]] = [
         "33",
         0.0,
     ),
-    ("math qa direct", mc_task(one_hot(EMQA_7174, "60"), EMQA_7174), "The answer to the question is (D) 60.", "60", 1.0),
-    ("math qa cot, bare number", mc_task(one_hot(EMQA_7174, "60"), EMQA_7174), "210\n\nSo the answer is: 210.", "210", 0.0),
+    ("math qa direct", mc_task(one_hot(EMQA_7174, "60"), EMQA_7174), "The answer to the question is (D) 60.", "60",
+     1.0),
+    ("math qa cot, bare number", mc_task(one_hot(EMQA_7174, "60"), EMQA_7174), "210\n\nSo the answer is: 210.", "210",
+     0.0),
     (
         "arithmetic direct",
         text_task("2024", mode="numeric"),

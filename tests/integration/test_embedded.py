@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrion import Budget, Harness, Pool, RunContext, SubAgent, TraceStore, Tracer, BudgetTracker, solve
+from orchestrion import Budget, BudgetTracker, Harness, Pool, RunContext, SubAgent, Tracer, TraceStore, solve
 from orchestrion.models.llama_cpp import LlamaCppModel
 from orchestrion.models.pool import EMBEDDED_NAME
 from orchestrion.runtime.protocol import ParaAction
@@ -41,7 +41,8 @@ def pool(shared_model: LlamaCppModel) -> Pool:
 
 def cli(*args: str, db: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "ORCHESTRION_DB": str(db)}
-    return subprocess.run([sys.executable, "-m", "orchestrion", *args], capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run([sys.executable, "-m", "orchestrion", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env)
 
 
 def test_cli_run_para_json_and_trace_show(tmp_path: Path) -> None:
@@ -63,7 +64,8 @@ async def test_grammar_constrained_decision_is_valid_and_recorded(pool: Pool, st
     from orchestrion.runtime.protocol import narrow
 
     schema = narrow(ParaAction.model_json_schema(), {"tool": tools.names, "model": pool.names}, drop=("args",))
-    decision = await ctx.decide(ParaAction, [{"role": "user", "content": "Plan calls to compute 12*13."}], json_schema=schema)
+    decision = await ctx.decide(ParaAction, [{"role": "user", "content": "Plan calls to compute 12*13."}],
+                                json_schema=schema)
     assert decision.valid, decision.error
     assert all(c.tool in tools.names for c in decision.action.calls)  # type: ignore[union-attr]
     store.flush()

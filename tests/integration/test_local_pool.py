@@ -35,7 +35,11 @@ async def test_para_on_the_local_pool_answers_from_a_tool_result(local_pool: Poo
     assert res.status == "ok", res.error
     store.flush()
     spans = store.spans(res.trace_id)
-    results = [json.loads(s["attrs"]).get("output", "") for s in spans if s["kind"] in ("tool", "agent") and s["status"] == "ok"]
+    results = [
+        json.loads(s["attrs"]).get("output", "")
+        for s in spans
+        if s["kind"] in ("tool", "agent") and s["status"] == "ok"
+    ]
     assert any(r.strip() == "156" for r in results), results  # the orchestrator delegated the product
     assert res.answer.strip().splitlines()[-1].endswith("156"), res.answer
     decisions = [s for s in spans if s["kind"] == "call"]

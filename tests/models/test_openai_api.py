@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for fake
 
 from fake_openai_server import FakeOpenAIServer, FakeReply, run_in_process  # noqa: E402
 
-from orchestrion._errors import ConfigError, ModelError, ModelUnavailableError
+from orchestrion._errors import ConfigError, ModelError, ModelHTTPError, ModelUnavailableError
 from orchestrion.models._cost import Price
 from orchestrion.models._types import GenerateConfig, msg
 from orchestrion.models.openai_api import OpenAIAPIModel, from_spec
@@ -103,10 +103,11 @@ async def test_retries_on_500_then_succeeds(server: FakeOpenAIServer) -> None:
 async def test_500_until_retries_run_out(server: FakeOpenAIServer) -> None:
     server.fail_first = 10
     model = make(server, max_retries=2)
-    with pytest.raises(ModelUnavailableError, match="kept failing after 3 attempts: HTTP 500") as info:
+    with pytest.raises(ModelHTTPError, match="kept failing after 3 attempts: HTTP 500") as info:
         await model.complete(MESSAGES, CFG)
     await model.aclose()
     assert server.count == 3 and "\n" not in str(info.value)
+    assert isinstance(info.value, ModelUnavailableError) and (info.value.status, info.value.retryable) == (500, True)
 
 
 async def test_429_honours_retry_after_and_caps_it(server: FakeOpenAIServer) -> None:
@@ -127,11 +128,12 @@ async def test_429_honours_retry_after_and_caps_it(server: FakeOpenAIServer) -> 
 async def test_400_fails_at_once_with_one_line_error(server: FakeOpenAIServer) -> None:
     server.replies = [FakeReply(status=400, error="max_tokens is too large:\n  99999 > 2048")]
     model = make(server, max_retries=3)
-    with pytest.raises(ModelError) as info:
+    with pytest.raises(ModelHTTPError) as info:
         await model.complete(MESSAGES, CFG)
     await model.aclose()
     text = str(info.value)
-    assert not isinstance(info.value, ModelUnavailableError)
+    assert (info.value.status, info.value.retryable) == (400, False)  # told apart by attributes, not by text
+    assert info.value.body == "max_tokens is too large: 99999 > 2048"
     assert "\n" not in text and "'tiny'" in text and server.base_url in text
     assert "max_tokens is too large: 99999 > 2048" in text and server.count == 1
 

@@ -50,7 +50,8 @@ def test_loads_yaml_with_roles_and_unknown_price(tmp_path: Path) -> None:
         ("models:\n  - name: a\n    backend: openai-api\n", "field 'models.0'"),
         ("models:\n  - name: a\n    base_url: http://x\n    tier: 9\n", "field 'models.0.tier'"),
         ("models:\n  - name: a\n    base_url: http://x\n    colour: red\n", "models.0.colour"),
-        ("models:\n  - {name: a, base_url: 'http://x'}\n  - {name: a, base_url: 'http://y'}\n", "duplicate model names: a"),
+        ("models:\n  - {name: a, base_url: 'http://x'}\n  - {name: a, base_url: 'http://y'}\n",
+         "duplicate model names: a"),
         ("models:\n  - {name: a, base_url: 'http://x'}\norchestrator: zz\n", "orchestrator 'zz' is not one of"),
     ],
 )
@@ -112,8 +113,14 @@ def test_local_preset_is_three_priced_tiers_with_roles(monkeypatch: pytest.Monke
     rows = {r["name"]: r for r in pool.describe()}
     assert [rows[n]["tier"] for n in LOCAL_MODELS] == [1, 2, 3]
     assert all(rows[n]["price_in"] > 0 and rows[n]["price_out"] > 0 for n in LOCAL_MODELS)  # never silently free
-    assert rows["qwen2.5-coder-1.5b"]["price_out"] > rows["qwen2.5-coder-0.5b"]["price_out"] > rows["smollm2-135m"]["price_out"]
-    assert pool.orchestrator in LOCAL_MODELS and pool.spec(pool.orchestrator).path == str(tmp_path / f"{pool.orchestrator}.gguf")
+    assert (
+        rows["qwen2.5-coder-1.5b"]["price_out"]
+        > rows["qwen2.5-coder-0.5b"]["price_out"]
+        > rows["smollm2-135m"]["price_out"]
+    )
+    assert pool.orchestrator in LOCAL_MODELS and pool.spec(pool.orchestrator).path == str(
+        tmp_path / f"{pool.orchestrator}.gguf"
+    )
 
 
 def test_a_preset_with_a_missing_model_says_what_to_pull(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

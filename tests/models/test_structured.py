@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrion.models.structured import extract_json, parse_as
+from orchestrion._text import extract_json
+from orchestrion.models.structured import parse_as
 from orchestrion.runtime.protocol import ParaAction, SubAgentAction, narrow
 
 

@@ -5,8 +5,17 @@ import asyncio
 import pytest
 
 from orchestrion import (
-    Budget, BudgetExceededError, BudgetTracker, ConfigError, ModelUnavailableError, Pool, ScriptedModel, ToolRegistry,
-    TraceStore, Usage, solve,
+    Budget,
+    BudgetExceededError,
+    BudgetTracker,
+    ConfigError,
+    ModelUnavailableError,
+    Pool,
+    ScriptedModel,
+    ToolRegistry,
+    TraceStore,
+    Usage,
+    solve,
 )
 
 
@@ -56,7 +65,8 @@ async def test_token_budget_caps_generation_and_stops(store: TraceStore) -> None
 
 
 async def test_unreachable_model_is_a_recorded_status(store: TraceStore) -> None:
-    m = ScriptedModel([ModelUnavailableError("model 'm' at http://127.0.0.1:9 is unreachable; is the server running?")], name="m")
+    m = ScriptedModel([ModelUnavailableError("model 'm' at http://127.0.0.1:9 is unreachable; is the server running?")],
+                      name="m")
     res = await solve("q", strategy="direct", pool=Pool.from_models([m]), tools=ToolRegistry([]), store=store)
     assert res.status == "error" and "unreachable" in (res.error or "")
     ep = store.episode(res.trace_id)
@@ -67,7 +77,8 @@ async def test_unreachable_model_is_a_recorded_status(store: TraceStore) -> None
 
 async def test_cancelled_episode_is_recorded_and_finished(store: TraceStore) -> None:
     m = ScriptedModel(["slow"], name="m", delay_s=10)
-    task = asyncio.create_task(solve("q", strategy="direct", pool=Pool.from_models([m]), tools=ToolRegistry([]), store=store))
+    task = asyncio.create_task(solve("q", strategy="direct", pool=Pool.from_models([m]), tools=ToolRegistry([]),
+                                     store=store))
     await asyncio.sleep(0.1)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

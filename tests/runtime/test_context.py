@@ -2,7 +2,17 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrion import BudgetTracker, ModelError, ParaAction, Pool, RunContext, ScriptedModel, ToolRegistry, TraceStore, Tracer
+from orchestrion import (
+    BudgetTracker,
+    ModelError,
+    ParaAction,
+    Pool,
+    RunContext,
+    ScriptedModel,
+    ToolRegistry,
+    Tracer,
+    TraceStore,
+)
 
 
 def make_ctx(store: TraceStore, model: ScriptedModel) -> RunContext:

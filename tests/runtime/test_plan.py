@@ -1,9 +1,18 @@
 from __future__ import annotations
 
-
 import pytest
 
-from orchestrion import BudgetTracker, PlanError, Pool, RunContext, ScriptedModel, Tool, ToolRegistry, TraceStore, Tracer
+from orchestrion import (
+    BudgetTracker,
+    PlanError,
+    Pool,
+    RunContext,
+    ScriptedModel,
+    Tool,
+    ToolRegistry,
+    Tracer,
+    TraceStore,
+)
 from orchestrion.runtime.plan import Subtask, execute_plan, results_text
 from orchestrion.tools.agents import agent_tools
 from tests.helpers import SlowTool

@@ -1,15 +1,23 @@
 from __future__ import annotations
 
-
-
 from orchestrion import (
-    BudgetTracker, Harness, Pool, Revision, RunContext, ScriptedModel, SubAgent, ToolRegistry, TraceStore, Tracer,
+    BudgetTracker,
+    Harness,
+    Pool,
+    Revision,
+    RunContext,
+    ScriptedModel,
+    SubAgent,
+    ToolRegistry,
+    Tracer,
+    TraceStore,
 )
 from tests.helpers import LookupTool, act
 
 
 def make_ctx(store: TraceStore, *models: ScriptedModel) -> RunContext:
-    return RunContext(Pool.from_models(list(models)), ToolRegistry([LookupTool()]), Tracer(store, "ep"), BudgetTracker())
+    return RunContext(Pool.from_models(list(models)), ToolRegistry([LookupTool()]), Tracer(store, "ep"),
+                      BudgetTracker())
 
 
 async def test_asks_for_missing_tool_gets_it_and_continues_with_history(store: TraceStore) -> None:

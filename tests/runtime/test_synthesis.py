@@ -75,6 +75,9 @@ async def test_role_temperatures_come_from_options_then_the_pool(store: TraceSto
         return action([], True) if config.json_schema is not None else "Answer: 1"
 
     pool = Pool.from_models([ScriptedModel(reply, name="orch")])
-    pool.config = pool.config.model_copy(update={"temperature": pool.config.temperature.model_copy(update={"synthesis": 0.3})})
-    await solve("q", strategy="para", pool=pool, tools=ToolRegistry([]), store=store, options={"decision_temperature": 0.9})
+    pool.config = pool.config.model_copy(
+        update={"temperature": pool.config.temperature.model_copy(update={"synthesis": 0.3})}
+    )
+    await solve("q", strategy="para", pool=pool, tools=ToolRegistry([]), store=store,
+                options={"decision_temperature": 0.9})
     assert (True, 0.9) in temps and (False, 0.3) in temps

@@ -125,7 +125,8 @@ def test_sync_client_answer_usage_and_trace_header(store: TraceStore) -> None:
     assert done.usage.total_tokens == ep["input_tokens"] + ep["output_tokens"]
     assert ext(done)["trace_id"] == trace_id and ext(done)["status"] == "ok"
     # one runs row per server process, closed when the server stopped
-    assert store.query("SELECT kind, status FROM runs WHERE id = ?", (ep["run_id"],)) == [{"kind": "serve", "status": "stopped"}]
+    assert store.query("SELECT kind, status FROM runs WHERE id = ?",
+                       (ep["run_id"],)) == [{"kind": "serve", "status": "stopped"}]
 
 
 async def test_async_client_streamed_and_not(store: TraceStore) -> None:
@@ -171,7 +172,8 @@ def test_stream_sends_progress_as_it_happens_then_the_answer(store: TraceStore) 
 
 def test_raw_stream_is_sse_with_trace_header_and_done(store: TraceStore) -> None:
     body = {"model": "orchestrion/direct", "messages": ASK, "stream": True}
-    with serving(direct_pool(), store) as url, httpx.stream("POST", url + "/chat/completions", json=body, timeout=30) as r:
+    with serving(direct_pool(), store) as url, httpx.stream("POST", url + "/chat/completions", json=body,
+                                                            timeout=30) as r:
         lines = [line for line in r.iter_lines() if line]
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
     assert store.episode(r.headers["x-orchestrion-trace-id"]) is not None
@@ -438,7 +440,8 @@ def test_serve_command_prints_its_url_and_stops_cleanly(tmp_path: Path) -> None:
 def test_serve_command_config_errors_are_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "ORCH_TEST_UNSET_KEY"}
     res = subprocess.run([sys.executable, "-m", "orchestrion", "serve", "--port", "0", *args], check=False,
-                         capture_output=True, text=True, timeout=60, env={**env, "ORCHESTRION_DB": str(tmp_path / "t.db")})
+                         capture_output=True, text=True, timeout=60,
+                         env={**env, "ORCHESTRION_DB": str(tmp_path / "t.db")})
     assert res.returncode == 2 and needle in res.stderr and "Traceback" not in res.stderr
 
 
@@ -448,7 +451,8 @@ def test_serve_command_port_in_use_is_one_line(tmp_path: Path) -> None:
         taken.listen()
         port = str(taken.getsockname()[1])
         res = subprocess.run([sys.executable, "-m", "orchestrion", "serve", "--port", port], check=False,
-                             capture_output=True, text=True, timeout=60, env={**os.environ, "ORCHESTRION_DB": str(tmp_path / "t.db")})
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "ORCHESTRION_DB": str(tmp_path / "t.db")})
     assert res.returncode == 2 and "cannot listen on 127.0.0.1:" in res.stderr and "Traceback" not in res.stderr
 
 

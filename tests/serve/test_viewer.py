@@ -23,13 +23,15 @@ from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve
 from orchestrion.serve import _viewer_data as data
 from orchestrion.serve.viewer import create_app, export_static
 from orchestrion.tools.agents import agent_tools
-from tests.helpers import CrashTool as Crash, SlowTool as Slow
+from tests.helpers import CrashTool as Crash
+from tests.helpers import SlowTool as Slow
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
-PARA_ACTION = json.dumps({"thought": "split", "calls": [{"tool": "slow", "input": str(i)} for i in range(3)], "final": False})
+PARA_ACTION = json.dumps({"thought": "split", "calls": [{"tool": "slow", "input": str(i)} for i in range(3)],
+                          "final": False})
 
 
 def milestone_model(plan: dict[str, Any]) -> ScriptedModel:
@@ -59,14 +61,16 @@ class Episodes:
 
 
 def _score(store: TraceStore, episode_id: str, score: float) -> None:
-    store.submit("UPDATE episodes SET meta = json_patch(meta, ?) WHERE id = ?", (json.dumps({"score": score}), episode_id))
+    store.submit("UPDATE episodes SET meta = json_patch(meta, ?) WHERE id = ?",
+                 (json.dumps({"score": score}), episode_id))
 
 
 async def _record(store: TraceStore) -> Episodes:
     store.submit("INSERT INTO runs (id, created, kind, config, status) VALUES (?,?,?,?,?)",
                  ("run-a", time.time(), "eval", json.dumps({"dataset": "arith"}), "done"))
     # para: one invalid output (recorded, repaired), then a round of three parallel 0.3 s tool calls
-    orch = ScriptedModel(["I think we should add", PARA_ACTION, json.dumps({"thought": "t", "calls": [], "final": True}),
+    orch = ScriptedModel(["I think we should add", PARA_ACTION, json.dumps({"thought": "t", "calls": [],
+                                                                            "final": True}),
                           "answer: 4"], name="orch")
     para = await solve("What is 2+2?", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([Slow(0.3)]),
                        store=store, run_id="run-a")
@@ -262,9 +266,13 @@ def _check_views(page: Any, base: str, episodes: Episodes, name: str) -> None:
     para = _show(page, base, episodes.para)
     assert para["mode"] == "spans"
     page.wait_for_selector("#timeline[data-drawn] .vis-item.kind-tool", timeout=10_000)
-    page.wait_for_function("""() => {  // the three parallel calls stack into three rows of the tool lane
-        const tops = [...document.querySelectorAll('#timeline .vis-item.kind-tool')].map(e => e.getBoundingClientRect().top);
-        return tops.length === 3 && new Set(tops).size === 3; }""", timeout=10_000)
+    page.wait_for_function(
+        """() => {  // the three parallel calls stack into three rows of the tool lane
+        const tops = [...document.querySelectorAll('#timeline .vis-item.kind-tool')]
+          .map(e => e.getBoundingClientRect().top);
+        return tops.length === 3 && new Set(tops).size === 3; }""",
+        timeout=10_000,
+    )
     bars = page.locator("#timeline .vis-item.kind-tool")
     assert bars.count() == 3
     boxes = [bars.nth(i).bounding_box() for i in range(3)]
@@ -285,7 +293,10 @@ def _check_views(page: Any, base: str, episodes: Episodes, name: str) -> None:
     # the plan episode: three DAG nodes, two edges into c
     plan = _show(page, base, episodes.milestone)
     assert plan["mode"] == "plan" and len(plan["graphIds"]) == 3
-    edges = page.evaluate("() => window.orchestrionView.episode.graph.nodes.map(n => window.orchestrionView.network.getConnectedEdges(n.id).length)")
+    edges = page.evaluate(
+        "() => window.orchestrionView.episode.graph.nodes"
+        ".map(n => window.orchestrionView.network.getConnectedEdges(n.id).length)"
+    )
     assert sorted(edges) == [1, 1, 2]
     assert page.locator("#timeline .vis-item.kind-node").count() == 3
     assert page.locator("tr.event-milestone").count() == 1

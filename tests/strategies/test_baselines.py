@@ -6,7 +6,8 @@ from typing import Any
 import pytest
 
 from orchestrion import Budget, GenerateConfig, Message, Pool, ScriptedModel, Tool, ToolRegistry, TraceStore, solve
-from orchestrion.strategies.baselines import critique_satisfied, extract_answer
+from orchestrion._text import extract_answer
+from orchestrion.strategies.baselines import critique_satisfied
 from tests.helpers import TextArgs, act
 
 
@@ -31,15 +32,16 @@ def prompt_of(messages: Sequence[Message]) -> str:
     ('7 + 8 = 15\n\nThe answer is "15".', "15"),              # quotes and full stop trimmed
     ("the answer-based approach\nresult 3", "result 3"),      # 'answer-' is not a label
     ("3.5 is the ratio\nAnswer: 3.5", "3.5"),
-    ("", ""),
+    ("", None),                                             # no answer at all
 ])
-def test_extract_answer(text: str, expected: str) -> None:
+def test_extract_answer(text: str, expected: str | None) -> None:
     assert extract_answer(text) == expected
 
 
 async def test_cot_answers_with_the_last_line_and_keeps_the_reasoning(store: TraceStore) -> None:
     model = ScriptedModel(["Step 1: 7+8.\nStep 2: that makes 15.\nAnswer: 15"], name="m")
-    res = await solve("What is 7+8?", strategy="cot", pool=Pool.from_models([model]), tools=ToolRegistry([]), store=store)
+    res = await solve("What is 7+8?", strategy="cot", pool=Pool.from_models([model]), tools=ToolRegistry([]),
+                      store=store)
     assert res.status == "ok" and res.answer == "15"
     assert res.meta["reasoning"].startswith("Step 1") and res.meta["model"] == "m"
     assert "step" in prompt_of(model.calls[0]).lower() and "What is 7+8?" in prompt_of(model.calls[0])
@@ -193,7 +195,8 @@ class Echo(Tool):
 
 async def test_react_uses_tools_and_finishes(store: TraceStore) -> None:
     lookup = Lookup()
-    model = ScriptedModel([act(action="tool", tool="lookup", input="x"), act(action="finish", answer="x is 5", evidence="x = 5")],
+    model = ScriptedModel([act(action="tool", tool="lookup", input="x"), act(action="finish", answer="x is 5",
+                                                                             evidence="x = 5")],
                           name="m")
     res = await solve("What is x?", strategy="react", pool=Pool.from_models([model]),
                       tools=ToolRegistry([lookup, Echo()]), store=store)
@@ -226,7 +229,8 @@ async def test_react_exhausted_agent_still_yields_an_answer(store: TraceStore) -
 
 
 async def test_react_stop_is_synthesised_with_the_agents_message(store: TraceStore) -> None:
-    model = ScriptedModel([act(action="stop", status="cannot compute", evidence="no tool fits"), "best guess: 3"], name="m")
+    model = ScriptedModel([act(action="stop", status="cannot compute", evidence="no tool fits"), "best guess: 3"],
+                          name="m")
     res = await solve("q", strategy="react", pool=Pool.from_models([model]), tools=ToolRegistry([Echo()]), store=store)
     assert res.status == "ok" and res.answer == "best guess: 3"
     assert res.meta["ended"] == "stop" and res.meta["synthesized"] is True

@@ -8,7 +8,8 @@ import pytest
 
 from orchestrion import Budget, GenerateConfig, Message, Pool, ScriptedModel, Tool, ToolRegistry, TraceStore, solve
 from orchestrion.tools.agents import agent_tools
-from tests.helpers import CrashTool as Crash, SlowTool as Slow
+from tests.helpers import CrashTool as Crash
+from tests.helpers import SlowTool as Slow
 
 
 def sub(id: str, task: str, tool: str = "slow", deps: Sequence[str] = ()) -> dict[str, Any]:
@@ -24,7 +25,8 @@ def step(milestone: str = "", done: bool = False) -> str:
 
 
 def orchestrator(
-    milestones: Sequence[str] | Callable[[int], str], plans: Sequence[str], *, agent: str = "agent out", final: str = "final"
+    milestones: Sequence[str] | Callable[[int], str], plans: Sequence[str], *, agent: str = "agent out",
+    final: str = "final"
 ) -> tuple[ScriptedModel, dict[str, list[str]]]:
     """A scripted orchestrator: replies by prompt kind, in order within each kind; keeps the prompts."""
     seen: dict[str, list[str]] = {"milestone": [], "plan": [], "agent": [], "synth": []}
@@ -141,7 +143,8 @@ async def test_milestones_are_bounded_and_repeats_stop(store: TraceStore) -> Non
 
 
 async def test_first_milestone_cannot_be_done_and_failures_count_against_completeness(store: TraceStore) -> None:
-    model, seen = orchestrator([step(done=True)], [plan(sub("a", "A"), sub("b", "B", tool="crash"), sub("c", "C", deps=["b"]))])
+    model, seen = orchestrator([step(done=True)],
+                               [plan(sub("a", "A"), sub("b", "B", tool="crash"), sub("c", "C", deps=["b"]))])
     res = await run(store, model, Slow(0.0), Crash())
     (m,) = res.meta["milestones"]  # "done" on milestone 1 is read as: work on the task itself
     assert m["milestone"] == "the task" and "Nothing has been done yet" in seen["milestone"][0]

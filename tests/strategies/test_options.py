@@ -103,7 +103,9 @@ async def test_pool_strategies_block_is_validated_and_named(store: TraceStore) -
         await solve("q", strategy="para", pool=_pool_with({"max_round": 1}, model), tools=ToolRegistry([]), store=store)
     text = str(info.value)
     assert "\n" not in text
-    assert text.startswith("pool team-pool.yaml: strategies.para: unknown option 'max_round' (did you mean 'max_rounds'?)")
+    assert text.startswith(
+        "pool team-pool.yaml: strategies.para: unknown option 'max_round' (did you mean 'max_rounds'?)"
+    )
     # the CLI/API value does not hide a bad pool entry
     with pytest.raises(ConfigError, match="pool team-pool.yaml: strategies.para: option 'max_calls' = 'x'"):
         await solve("q", strategy="para", pool=_pool_with({"max_calls": "x"}, model), store=store,
@@ -140,7 +142,8 @@ def test_context_from_a_plain_dict_keeps_option_working(store: TraceStore) -> No
         RunContext(ctx.pool, ctx.tools, ctx.tracer, ctx.budget, {"seed": "abc"})
 
 
-def test_cli_run_rejects_a_misspelt_option_before_loading_a_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_run_rejects_a_misspelt_option_before_loading_a_model(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     def no_load(self: LlamaCppModel) -> None:
         raise AssertionError("a model was loaded")
 

@@ -22,7 +22,8 @@ def overlapping(spans: list[tuple[float, float]]) -> bool:
 
 async def test_calls_of_one_round_overlap_in_time(store: TraceStore) -> None:
     slow = SlowTool(0.3)
-    orch = ScriptedModel([action([{"tool": "slow", "input": str(i)} for i in range(4)]), action([], True), "answer: 4"], name="orch")
+    orch = ScriptedModel([action([{"tool": "slow", "input": str(i)} for i in range(4)]), action([], True), "answer: 4"],
+                         name="orch")
     res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store)
     assert res.status == "ok" and res.answer == "answer: 4"
     assert len(slow.spans) == 4 and overlapping(slow.spans)
@@ -34,7 +35,8 @@ async def test_calls_of_one_round_overlap_in_time(store: TraceStore) -> None:
 
 async def test_serial_variant_does_not_overlap(store: TraceStore) -> None:
     slow = SlowTool(0.05)
-    orch = ScriptedModel([action([{"tool": "slow", "input": str(i)} for i in range(3)]), action([], True), "x"], name="orch")
+    orch = ScriptedModel([action([{"tool": "slow", "input": str(i)} for i in range(3)]), action([], True), "x"],
+                         name="orch")
     await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store,
                 options={"max_parallel": 1})
     spans = sorted(slow.spans)
@@ -44,7 +46,9 @@ async def test_serial_variant_does_not_overlap(store: TraceStore) -> None:
 async def test_at_most_max_calls_per_round_and_rounds_capped(store: TraceStore) -> None:
     slow = SlowTool(0.0)
     # the scripted orchestrator never says final; rounds stop at max_rounds=3, calls capped at 2 per round
-    orch = ScriptedModel(lambda m, c: "final" if c.json_schema is None else action([{"tool": "slow", "input": "x"}] * 4), name="orch")
+    orch = ScriptedModel(lambda m,
+                         c: "final" if c.json_schema is None else action([{"tool": "slow", "input": "x"}] * 4),
+                         name="orch")
     res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store,
                       options={"max_rounds": 3, "max_calls": 2})
     assert len(slow.spans) == 6
@@ -54,11 +58,13 @@ async def test_at_most_max_calls_per_round_and_rounds_capped(store: TraceStore) 
 
 async def test_failures_become_statuses_fed_back(store: TraceStore) -> None:
     orch = ScriptedModel([
-        action([{"tool": "crash", "input": "a"}, {"tool": "nosuch", "input": "b"}, {"tool": "slow", "args": {"wrong": 1}}]),
+        action([{"tool": "crash", "input": "a"}, {"tool": "nosuch", "input": "b"}, {"tool": "slow",
+                                                                                    "args": {"wrong": 1}}]),
         action([], True),
         "done",
     ], name="orch")
-    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([SlowTool(0), CrashTool("disk on fire")]), store=store)
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]),
+                      tools=ToolRegistry([SlowTool(0), CrashTool("disk on fire")]), store=store)
     assert res.status == "ok"
     second_prompt = orch.calls[1][-1]["content"]
     assert "status=EXEC_ERROR" in second_prompt and "disk on fire" in second_prompt
@@ -84,7 +90,8 @@ async def test_agent_calls_use_the_chosen_model_and_cost_rolls_up(store: TraceSt
     orch = ScriptedModel([action([{"tool": "reasoner", "input": "half", "model": "big"}]), action([], True), "42"],
                          name="orch", price=Price(input_per_mtok=1, output_per_mtok=2))
     big = ScriptedModel(["forty two"], name="big", price=Price(input_per_mtok=10, output_per_mtok=20))
-    res = await solve("q", strategy="para", pool=Pool.from_models([orch, big]), tools=ToolRegistry(agent_tools()), store=store)
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch, big]), tools=ToolRegistry(agent_tools()),
+                      store=store)
     assert len(big.calls) == 1
     calls = [s for s in store.spans(res.trace_id) if s["kind"] == "call"]
     total = sum(c["cost_usd"] for c in calls)
@@ -95,7 +102,8 @@ async def test_agent_calls_use_the_chosen_model_and_cost_rolls_up(store: TraceSt
 
 async def test_budget_stop_keeps_the_trace(store: TraceStore) -> None:
     orch = ScriptedModel(lambda m, c: action([{"tool": "slow", "input": "x"}]), name="orch")
-    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([SlowTool(0)]), store=store,
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([SlowTool(0)]),
+                      store=store,
                       budget=Budget(steps=5))
     assert res.status == "budget_exceeded"
     assert "steps" in (res.error or "")
@@ -114,7 +122,8 @@ async def test_wall_budget_stops_a_hanging_model(store: TraceStore) -> None:
 
 async def test_calls_sent_with_final_run_then_stop(store: TraceStore) -> None:
     slow = SlowTool(0.0)
-    orch = ScriptedModel([action([{"tool": "slow", "input": "a"}, {"tool": "slow", "input": "b"}], final=True), "syn"], name="orch")
+    orch = ScriptedModel([action([{"tool": "slow", "input": "a"}, {"tool": "slow", "input": "b"}], final=True), "syn"],
+                         name="orch")
     res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store)
     assert len(slow.spans) == 2 and res.meta["rounds"] == 1 and res.answer == "syn"
     assert "did a" in orch.calls[-1][-1]["content"]  # the synthesis saw the results

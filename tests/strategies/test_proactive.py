@@ -20,7 +20,7 @@ from orchestrion import (
     TraceStore,
     solve,
 )
-from orchestrion.runtime.proactive_protocol import ProactiveAction, decision_schema
+from orchestrion.strategies._proactive_protocol import ProactiveAction, decision_schema
 from tests.helpers import LookupTool, act
 
 
@@ -42,17 +42,23 @@ async def test_subagent_gets_missing_tool_and_continues_with_its_history(store: 
     ], name="orch")
     worker = ScriptedModel([
         act(action="tool", tool="lookup", input="x"),  # not in its harness yet
-        act(action="revise", status="blocked", request="please add the lookup tool", evidence="lookup is not available"),
+        act(action="revise", status="blocked", request="please add the lookup tool",
+            evidence="lookup is not available"),
         act(action="tool", tool="lookup", input="x"),
         act(action="finish", answer="x is found", evidence="found:x"),
     ], name="w")
-    res = await solve("find x", strategy="proactive", pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
+    res = await solve("find x", strategy="proactive",
+                      pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
                       tools=ToolRegistry([LookupTool()]), store=store)
     assert res.status == "ok" and res.answer == "x is found"
     assert res.meta["stop_reason"] == "complete" and res.meta["subagents"] == 1 and res.meta["revisions"] == 1
     # the orchestrator saw the request with its evidence
     second = orch.calls[1][-1]["content"]
-    assert "Sub-agent a1 paused" in second and "please add the lookup tool" in second and "lookup is not available" in second
+    assert (
+        "Sub-agent a1 paused" in second
+        and "please add the lookup tool" in second
+        and "lookup is not available" in second
+    )
     # same sub-agent: its later prompt starts with its earlier steps, then the revision note
     before, after = worker.calls[1], worker.calls[3]
     assert after[1:len(before) - 1] == before[1:-1]  # (the last message seen carried the schema suffix)
@@ -100,7 +106,8 @@ async def test_max_subagents_ends_cleanly_and_synthesizes(store: TraceStore) -> 
 
     orch = ScriptedModel(orch_reply, name="orch")
     worker = ScriptedModel([act(action="finish", answer="partial")], name="w")
-    res = await solve("q", strategy="proactive", pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
+    res = await solve("q", strategy="proactive",
+                      pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
                       tools=ToolRegistry([]), store=store, options={"max_subagents": 2})
     assert res.status == "ok" and res.answer == "synth"
     assert res.meta["subagents"] == 2 and res.meta["stop_reason"] == "max_subagents"
@@ -117,7 +124,8 @@ async def test_step_limits_cap_each_subagent_and_the_total(store: TraceStore) ->
                          name="orch")
     n = iter(range(1000))
     worker = ScriptedModel(lambda m, c: act(action="tool", tool="lookup", input=str(next(n))), name="w")
-    res = await solve("q", strategy="proactive", pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
+    res = await solve("q", strategy="proactive",
+                      pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
                       tools=ToolRegistry([LookupTool()]), store=store,
                       options={"max_steps": 5, "subagent_steps": 3, "max_fruitless": 0})
     assert len(worker.calls) == 5 and res.meta["steps"] == 5
@@ -134,7 +142,8 @@ async def test_budget_revision_grants_steps_up_to_the_per_subagent_cap(store: Tr
     ], name="orch")
     n = iter(range(1000))
     worker = ScriptedModel(lambda m, c: act(action="tool", tool="lookup", input=str(next(n))), name="w")
-    res = await solve("q", strategy="proactive", pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
+    res = await solve("q", strategy="proactive",
+                      pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
                       tools=ToolRegistry([LookupTool()]), store=store, options={"subagent_steps": 4})
     assert res.answer == "counted" and len(worker.calls) == 4 and res.meta["steps"] == 4
     [rev] = events(store, res.trace_id, "revision")
@@ -153,8 +162,10 @@ async def test_orchestrator_that_never_completes_still_yields_an_answer(store: T
         return act(action="revise_task", target="a1", context="keep digging")
 
     orch = ScriptedModel(orch_reply, name="orch")
-    worker = ScriptedModel([act(action="revise", status="stuck", request="need more hints", evidence="nothing yet")], name="w")
-    res = await solve("q", strategy="proactive", pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
+    worker = ScriptedModel([act(action="revise", status="stuck", request="need more hints", evidence="nothing yet")],
+                           name="w")
+    res = await solve("q", strategy="proactive",
+                      pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
                       tools=ToolRegistry([]), store=store, options={"max_decisions": 4})
     assert res.status == "ok" and res.answer == "synthesized answer"
     assert res.meta["stop_reason"] == "max_decisions" and res.meta["decisions"] == 4 and res.meta["revisions"] == 3
@@ -178,10 +189,12 @@ async def test_invalid_decisions_fall_back_to_delegating_the_whole_task(store: T
 
 
 async def test_delegating_while_one_waits_supersedes_it_when_serial(store: TraceStore) -> None:
-    orch = ScriptedModel([act(action="delegate_task", instruction="one"), act(action="delegate_task", instruction="two"),
+    orch = ScriptedModel([act(action="delegate_task", instruction="one"), act(action="delegate_task",
+                                                                              instruction="two"),
                           act(action="complete", answer="ok")], name="orch")
     worker = ScriptedModel([act(action="revise", request="help"), act(action="finish", answer="done")], name="w")
-    res = await solve("q", strategy="proactive", pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
+    res = await solve("q", strategy="proactive",
+                      pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
                       tools=ToolRegistry([]), store=store)
     assert res.meta["agents"] == {"a1": "removed", "a2": "done"}
     [end] = events(store, res.trace_id, "subagent_end")
@@ -192,7 +205,8 @@ async def test_episode_budget_stop_cancels_workers_and_keeps_the_trace(store: Tr
     orch = ScriptedModel([act(action="delegate_task", instruction="loop")], name="orch")
     n = iter(range(1000))
     worker = ScriptedModel(lambda m, c: act(action="tool", tool="lookup", input=str(next(n))), name="w")
-    res = await solve("q", strategy="proactive", pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
+    res = await solve("q", strategy="proactive",
+                      pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
                       tools=ToolRegistry([LookupTool()]), store=store, budget=Budget(steps=7))
     assert res.status == "budget_exceeded" and "steps" in (res.error or "")
     ep = store.episode(res.trace_id)
@@ -248,7 +262,8 @@ async def _run_pair(store: TraceStore, options: dict[str, Any]) -> tuple[Any, Ti
     orch = TimedModel(parallel_orchestrator, name="orch")
     fast = TimedModel(worker_reply, name="fast", delay_s=0.05)
     slow = TimedModel(worker_reply, name="slow", delay_s=0.5)
-    res = await solve("two things", strategy="proactive", pool=Pool.from_models([orch, fast, slow], orchestrator="orch"),
+    res = await solve("two things", strategy="proactive",
+                      pool=Pool.from_models([orch, fast, slow], orchestrator="orch"),
                       tools=ToolRegistry([]), store=store, options=options)
     return res, orch, fast, slow
 
@@ -261,7 +276,8 @@ async def test_max_active_two_overlaps_and_routes_each_revision_to_its_subagent(
     assert len(alpha) == 2 and len(beta) == 2
     # alpha asked, got its revision and finished while beta's first step was still running
     assert beta[0][0] < alpha[-1][1] < beta[0][1]
-    finished = {m["agent"]: m["answer"] for m in events(store, res.trace_id, "subagent_message") if m["kind"] == "finish"}
+    finished = {m["agent"]: m["answer"] for m in events(store, res.trace_id,
+                                                        "subagent_message") if m["kind"] == "finish"}
     assert finished == {"a1": "alpha-key", "a2": "beta-key"}
     assert all("beta-key" not in m["content"] for call in fast.calls for m in call)
     assert all("alpha-key" not in m["content"] for call in slow.calls for m in call)

@@ -6,9 +6,8 @@ from typing import Any
 import pytest
 
 from orchestrion import ModelSpec, Pool, Price, ScriptedModel, ToolRegistry, TraceStore, solve
-from orchestrion.strategies.router import (
-    Scored, TfIdf, cheapest_first, choose_model, nearest, parse_history, tokenize,
-)
+from orchestrion.strategies.router import Scored, cheapest_first, choose_model, parse_history
+from orchestrion.tools._ranking import TfIdf, nearest, tokenize
 
 MATH = ["What is 12+30?", "What is 7*9?", "Compute 144/12.", "What is 250-13?"]
 TRIVIA = ["What is the capital of France?", "Who wrote Hamlet?", "What is the capital of Japan?"]
@@ -24,8 +23,8 @@ def seeded_history() -> list[Scored]:
 # -- pure parts -----------------------------------------------------------------------
 
 def test_tokenize_folds_numbers_and_keeps_operators() -> None:
-    assert tokenize("What is 7+8?") == ["what", "is", "<num>", "+", "<num>"]
-    assert tokenize("Pi is 3.14") == ["pi", "is", "<num>"]
+    assert tokenize("What is 7+8?", arithmetic=True) == ["what", "is", "<num>", "+", "<num>"]
+    assert tokenize("Pi is 3.14", arithmetic=True) == ["pi", "is", "<num>"]
 
 
 def test_tfidf_cosine() -> None:

@@ -6,7 +6,17 @@ from typing import Any
 
 import pytest
 
-from orchestrion import GenerateConfig, Message, ModelError, PlanError, Pool, ScriptedModel, ToolRegistry, TraceStore, solve
+from orchestrion import (
+    GenerateConfig,
+    Message,
+    ModelError,
+    PlanError,
+    Pool,
+    ScriptedModel,
+    ToolRegistry,
+    TraceStore,
+    solve,
+)
 from orchestrion.strategies.spec import OrchestrationSpec, Role, compile_spec, map_capacity, sinks, spec_error
 from orchestrion.tools.agents import agent_tools
 from tests.helpers import script
@@ -14,8 +24,10 @@ from tests.helpers import script
 TASK = "What is 7+8?"
 
 
-def role(name: str, capacity: str = "low", deps: list[str] | None = None, primitive: str = "reasoner") -> dict[str, Any]:
-    return {"name": name, "duty": f"duty of {name}", "capacity": capacity, "primitive": primitive, "depends_on": deps or []}
+def role(name: str, capacity: str = "low", deps: list[str] | None = None,
+         primitive: str = "reasoner") -> dict[str, Any]:
+    return {"name": name, "duty": f"duty of {name}", "capacity": capacity, "primitive": primitive,
+            "depends_on": deps or []}
 
 
 def spec_json(*roles: dict[str, Any]) -> str:
@@ -42,7 +54,8 @@ def tiered(models: list[ScriptedModel], tiers: dict[str, int]) -> Pool:
     ((role("a", primitive="oracle"),), "role 'a': unknown primitive 'oracle'"),
     ((role("a"), role("b", deps=["ghost"])), "role 'b' depends on unknown role 'ghost'"),
     ((role("a", deps=["a"]),), "role 'a' depends on itself (a cycle)"),
-    ((role("a", deps=["c"]), role("b", deps=["a"]), role("c", deps=["b"]), role("d")), "dependency cycle among roles: a, b, c"),
+    ((role("a", deps=["c"]), role("b", deps=["a"]), role("c", deps=["b"]), role("d")),
+     "dependency cycle among roles: a, b, c"),
 ])
 def test_invalid_specs_get_one_line_errors_naming_the_role(roles: tuple[dict[str, Any], ...], error: str) -> None:
     found = spec_error(spec_of(*roles))
@@ -70,7 +83,8 @@ def test_capacity_maps_to_models_by_tier() -> None:
 
 
 def test_compile_spec_maps_roles_to_subtasks_and_rejects_an_edited_invalid_spec() -> None:
-    pool = tiered([ScriptedModel(["x"], name=n) for n in ("orch", "small", "mid", "big")], {"orch": 2, "small": 1, "mid": 3, "big": 5})
+    pool = tiered([ScriptedModel(["x"], name=n) for n in ("orch", "small", "mid", "big")],
+                  {"orch": 2, "small": 1, "mid": 3, "big": 5})
     spec = spec_of(role("r", "low"), role("c", "medium", primitive="reviewer"), role("w", "high", ["r", "c"]))
     plan = compile_spec(spec, pool)
     assert [(s.id, s.tool, s.model, s.deps) for s in plan] == [
@@ -87,7 +101,8 @@ async def test_execution_order_follows_dependencies_and_answer_comes_from_sinks(
             return "final 15"
         return "out of " + prompt.splitlines()[-1].removeprefix("Subtask: You are the ").split(".")[0]
 
-    spec = spec_json(role("researcher", "low"), role("analyst", "low"), role("writer", "high", ["researcher", "analyst"]))
+    spec = spec_json(role("researcher", "low"), role("analyst", "low"),
+                     role("writer", "high", ["researcher", "analyst"]))
     orch = ScriptedModel(script([spec], worker), name="orch")
     small = ScriptedModel(lambda m, c: worker(m[-1]["content"]), name="small", delay_s=0.2)
     big = ScriptedModel(lambda m, c: worker(m[-1]["content"]), name="big")
@@ -103,7 +118,8 @@ async def test_execution_order_follows_dependencies_and_answer_comes_from_sinks(
     assert nodes["writer"]["started"] >= max(nodes["researcher"]["ended"], nodes["analyst"]["ended"])
     synthesis = orch.calls[-1][-1]["content"]
     assert "[writer]" in synthesis and "[researcher]" not in synthesis  # only the sink feeds the answer
-    assert res.meta["sinks"] == ["writer"] and res.meta["roles"] == {"researcher": "ok", "analyst": "ok", "writer": "ok"}
+    assert res.meta["sinks"] == ["writer"] and res.meta["roles"] == {"researcher": "ok", "analyst": "ok",
+                                                                     "writer": "ok"}
     assert [c["model"] for c in res.meta["compiled"]] == ["small", "small", "big"]
     events = [json.loads(e["data"]) for e in store.events(res.trace_id) if e["kind"] == "spec"]
     assert len(events) == 1 and events[0]["spec"] == json.loads(spec)
@@ -114,7 +130,8 @@ async def test_invalid_spec_is_rejected_then_repaired(store: TraceStore) -> None
     bad = spec_json(role("a", deps=["b"]), role("b", deps=["a"]))
     good = spec_json(role("a"), role("b", deps=["a"]))
     orch = ScriptedModel(script([bad, good], lambda p: "15"), name="orch")
-    res = await solve(TASK, strategy="spec", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()), store=store)
+    res = await solve(TASK, strategy="spec", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()),
+                      store=store)
     assert res.status == "ok"
     decisions = store.decisions(res.trace_id)
     assert [d["valid"] for d in decisions] == [0, 1]
@@ -125,7 +142,8 @@ async def test_invalid_spec_is_rejected_then_repaired(store: TraceStore) -> None
 
 async def test_spec_that_stays_invalid_fails_cleanly(store: TraceStore) -> None:
     orch = ScriptedModel(script([spec_json(role("solver", capacity="huge"))]), name="orch")
-    res = await solve(TASK, strategy="spec", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()), store=store)
+    res = await solve(TASK, strategy="spec", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()),
+                      store=store)
     assert res.status == "invalid_spec" and res.answer == ""
     assert "role 'solver': unknown capacity 'huge'" in res.meta["error"]
     assert len(orch.calls) == 3  # one try and max_repairs=2 repairs, no executor work
@@ -138,11 +156,13 @@ async def test_spec_that_stays_invalid_fails_cleanly(store: TraceStore) -> None:
 async def test_unknown_role_with_fewer_repairs_or_single_role_fallback(store: TraceStore) -> None:
     bad = spec_json(role("a"), role("b", deps=["ghost"]))
     orch = ScriptedModel(script([bad], lambda p: "15"), name="orch")
-    res = await solve(TASK, strategy="spec", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()), store=store,
+    res = await solve(TASK, strategy="spec", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()),
+                      store=store,
                       options={"max_repairs": 0})
     assert res.status == "invalid_spec" and "role 'b' depends on unknown role 'ghost'" in res.meta["error"]
     assert len(orch.calls) == 1
-    res = await solve(TASK, strategy="spec", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()), store=store,
+    res = await solve(TASK, strategy="spec", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()),
+                      store=store,
                       options={"max_repairs": 0, "on_invalid": "single_role"})
     assert res.status == "ok" and res.meta["fallback"] is True
     assert [r["name"] for r in res.meta["spec"]["roles"]] == ["solver"]
@@ -158,7 +178,8 @@ async def test_decision_schema_pins_capacity_and_available_primitives(store: Tra
         return "15"
 
     orch = ScriptedModel(reply, name="orch")
-    res = await solve(TASK, strategy="spec", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()), store=store,
+    res = await solve(TASK, strategy="spec", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()),
+                      store=store,
                       options={"max_repairs": 0})
     role_schema = seen[0]["$defs"]["Role"]
     assert role_schema["properties"]["capacity"] == {"enum": ["low", "medium", "high"]}
@@ -171,7 +192,8 @@ async def test_decision_schema_pins_capacity_and_available_primitives(store: Tra
 
 async def test_model_failure_during_repairs_is_a_recorded_invalid_spec(store: TraceStore) -> None:
     orch = ScriptedModel(["{\"roles\": []}", ModelError("prompt exceeds the context of 2048")], name="orch")
-    res = await solve(TASK, strategy="spec", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()), store=store)
+    res = await solve(TASK, strategy="spec", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()),
+                      store=store)
     assert res.status == "invalid_spec"
     assert "the spec has no roles" in res.meta["error"] and "exceeds the context" in res.meta["error"]
     assert store.episode(res.trace_id)["finished"] == 1  # type: ignore[index]

@@ -6,7 +6,20 @@ from typing import Any
 
 import pytest
 
-from orchestrion import Budget, ConfigError, GenerateConfig, Message, PlanError, Pool, ScriptedModel, Subtask, Tool, ToolRegistry, TraceStore, solve
+from orchestrion import (
+    Budget,
+    ConfigError,
+    GenerateConfig,
+    Message,
+    PlanError,
+    Pool,
+    ScriptedModel,
+    Subtask,
+    Tool,
+    ToolRegistry,
+    TraceStore,
+    solve,
+)
 from orchestrion.strategies.topology import WorkCounter, consistency, dag_features, route, support
 from orchestrion.tools.agents import agent_tools
 from tests.helpers import SlowTool as Slow
@@ -168,7 +181,8 @@ async def test_hierarchical_workers_in_parallel_then_lead(store: TraceStore) -> 
 
 
 async def test_hybrid_diamond_and_serial_variant(store: TraceStore) -> None:
-    diamond = plan(("a", "A", "slow", []), ("b", "B", "slow", ["a"]), ("c", "C", "slow", ["a"]), ("d", "D", "slow", ["b", "c"]))
+    diamond = plan(("a", "A", "slow", []), ("b", "B", "slow", ["a"]), ("c", "C", "slow", ["a"]),
+                   ("d", "D", "slow", ["b", "c"]))
     slow = Slow(0.1)
     model, _ = orchestrator([diamond])
     res = await run(store, model, slow)
@@ -238,7 +252,8 @@ async def test_embedded_model_run_ends_with_a_finished_trace(store: TraceStore) 
     res = await solve("What is 7+8?", strategy="topology", pool=Pool.default(), store=store, budget=Budget(wall_s=120),
                       options={"max_subtasks": 3, "plan_repairs": 1})
     assert res.status in ("ok", "budget_exceeded", "error")
-    assert res.status != "ok" or (res.answer and res.meta["topology"] in ("parallel", "sequential", "hierarchical", "hybrid"))
+    assert res.status != "ok" or (res.answer and res.meta["topology"] in ("parallel", "sequential", "hierarchical",
+                                                                          "hybrid"))
     episode = store.episode(res.trace_id)
     assert episode is not None and episode["finished"] == 1
     assert store.decisions(res.trace_id)

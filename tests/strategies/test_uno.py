@@ -7,7 +7,15 @@ from typing import Any
 import pytest
 
 from orchestrion import (
-    GenerateConfig, Message, ModelError, ModelUnavailableError, Pool, ScriptedModel, ToolRegistry, TraceStore, solve,
+    GenerateConfig,
+    Message,
+    ModelError,
+    ModelUnavailableError,
+    Pool,
+    ScriptedModel,
+    ToolRegistry,
+    TraceStore,
+    solve,
 )
 from orchestrion.models._cost import Price
 from orchestrion.strategies.uno import (
@@ -55,7 +63,8 @@ def spans(store: TraceStore, trace_id: str, kind: str) -> list[dict[str, Any]]:
 
 async def test_direct_mode_is_one_decision_and_one_call(store: TraceStore) -> None:
     orch = ScriptedModel(script([direct("orch", "cot")], worker=lambda p: "7 plus 8\n15"), name="orch")
-    res = await solve(TASK, strategy="uno", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()), store=store)
+    res = await solve(TASK, strategy="uno", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()),
+                      store=store)
     assert res.status == "ok" and res.answer == "7 plus 8\n15"
     assert res.meta["mode"] == "direct" and res.meta["fallback"] is False
     assert res.meta["pairs"] == [{"model": "orch", "primitive": "cot", "status": "ok"}]
@@ -81,14 +90,19 @@ async def test_decompose_mode_runs_a_plan_on_the_chosen_pairs_then_synthesises(s
     assert len(orch.calls) == 3  # decision, subtask a, synthesis
     assert len(big.calls) == 2  # subtasks b and c
     c_prompt = big.calls[1][-1]["content"]
-    assert "[a] R-Subtask: do a" in c_prompt and "[b] R-Task: do b" in c_prompt and "Overall task: What is 7+8?" in c_prompt
+    assert (
+        "[a] R-Subtask: do a" in c_prompt
+        and "[b] R-Task: do b" in c_prompt
+        and "Overall task: What is 7+8?" in c_prompt
+    )
     assert sorted(n["name"] for n in spans(store, res.trace_id, "node")) == ["a", "b", "c"]
     assert len(spans(store, res.trace_id, "agent")) == 3
     assert "[c] do c (ok)" in orch.calls[-1][-1]["content"]
 
 
 def test_admissibility_excludes_unknown_model_missing_tool_and_over_cap() -> None:
-    pool = priced_pool(ScriptedModel(["x"], name="small"), ScriptedModel(["x"], name="big"), ScriptedModel(["x"], name="mystery"),
+    pool = priced_pool(ScriptedModel(["x"], name="small"), ScriptedModel(["x"], name="big"),
+                       ScriptedModel(["x"], name="mystery"),
                        small=(1, SMALL), big=(5, BIG), mystery=(3, None))
     tools = ToolRegistry([*agent_tools(), DirectPrimitive(), RetrievalTool(None)])  # no python, retrieve has no corpus
     assert inadmissible_reason(pool, tools, "ghost", "cot", 0.0, None) == "model 'ghost' is not in the pool"
@@ -146,13 +160,14 @@ async def test_inadmissible_choice_is_rejected_and_repaired(store: TraceStore) -
 
 
 async def test_bad_decompositions_are_rejected_with_the_reason(store: TraceStore) -> None:
-    one = decompose([("a", "m", "cot", [])])
+    none = decompose([])  # (one subtask is read as the direct mode on its pair)
     loop = decompose([("a", "m", "cot", ["b"]), ("b", "m", "cot", ["a"])])
     good = decompose([("a", "m", "cot", []), ("b", "m", "cot", ["a"])])
-    orch = ScriptedModel(script([one, loop, good], lambda p: "ok"), name="m")
-    res = await solve(TASK, strategy="uno", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()), store=store)
+    orch = ScriptedModel(script([none, loop, good], lambda p: "ok"), name="m")
+    res = await solve(TASK, strategy="uno", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()),
+                      store=store)
     errors = [d["error"] for d in store.decisions(res.trace_id)]
-    assert "decompose needs 2 to 6 subtasks, got 1" in errors[0]
+    assert "decompose needs 2 to 6 subtasks, got 0" in errors[0]
     assert "cycle among subtasks: a, b" in errors[1]
     assert errors[2] is None and res.meta["mode"] == "decompose"
 
@@ -177,7 +192,8 @@ def test_utility_worked_examples() -> None:
 
 
 def test_chooser_on_pool_estimates() -> None:
-    pool = priced_pool(ScriptedModel(["x"], name="small"), ScriptedModel(["x"], name="big"), small=(1, SMALL), big=(5, BIG))
+    pool = priced_pool(ScriptedModel(["x"], name="small"), ScriptedModel(["x"], name="big"), small=(1, SMALL),
+                       big=(5, BIG))
     pairs, _ = admissible_pairs(pool, ToolRegistry([*agent_tools(), DirectPrimitive()]), TASK)
     # big/cot: 0.88 - 10 x $0.00812 = 0.799 beats big/direct 0.787 and big/ensemble 0.656
     assert choose_pair(pairs, 10).label == "big/cot"  # type: ignore[union-attr]
@@ -215,10 +231,21 @@ async def test_model_failure_during_repairs_falls_back_but_an_unreachable_model_
         return "not json"
 
     orch = ScriptedModel(overflow, name="m")
-    res = await solve(TASK, strategy="uno", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()), store=store)
+    res = await solve(TASK, strategy="uno", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()),
+                      store=store)
     assert res.status == "ok" and res.answer == "15" and res.meta["fallback"] is True
     assert "exceeds the context" in res.meta["error"]
     assert [d["valid"] for d in store.decisions(res.trace_id)] == [0]  # the attempt before the failure is kept
     down = ScriptedModel([ModelUnavailableError("server down")], name="m")
-    res = await solve(TASK, strategy="uno", pool=Pool.from_models([down]), tools=ToolRegistry(agent_tools()), store=store)
+    res = await solve(TASK, strategy="uno", pool=Pool.from_models([down]), tools=ToolRegistry(agent_tools()),
+                      store=store)
     assert res.status == "error" and "server down" in (res.error or "")
+
+
+def test_a_decomposition_into_one_subtask_is_the_direct_mode() -> None:
+    from orchestrion.strategies.uno import UnoAction
+
+    action = UnoAction.model_validate({"thought": "t", "mode": "decompose", "model": "a", "primitive": "direct",
+                                       "subtasks": [{"id": "x", "task": "all of it", "model": "b", "primitive": "code",
+                                                     "deps": []}]})
+    assert (action.mode, action.model, action.primitive, action.subtasks) == ("direct", "b", "code", [])

@@ -108,13 +108,13 @@ async def test_runs_in_a_throwaway_directory_that_is_removed() -> None:
 async def test_writes_outside_the_directory_fail(isolation: python_exec.Isolation) -> None:
     targets = [f"/tmp/orchestrion_escape_{uuid.uuid4().hex}", f"/root/orchestrion_escape_{uuid.uuid4().hex}"]
     code = (
-        "for path in %r:\n"
+        f"for path in {targets!r}:\n"
         "    try:\n"
         "        open(path, 'w').write('escaped')\n"
         "        print('WROTE', path)\n"
         "    except OSError as exc:\n"
         "        print('BLOCKED', path, type(exc).__name__)\n"
-    ) % (targets,)
+    )
     result = await run_sandboxed(code, timeout_s=3, isolation=isolation)
     assert result.exit_code == 0, result.stderr
     assert "WROTE" not in result.stdout

@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from orchestrion._errors import ConfigError
+from orchestrion.tools._ranking import tokenize
 from orchestrion.tools.envelope import ToolStatus
 from orchestrion.tools.registry import ToolRegistry
-from orchestrion.tools.retrieval import Corpus, RetrievalTool, snippet, tokenize
+from orchestrion.tools.retrieval import Corpus, RetrievalTool, snippet
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_jsonl_corpus_with_title_and_numeric_id(jsonl: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "message"),
     [
-        ('{"id": "a", "text": "fine"}\n{"id": "b", "text": oops}\n', ":2: invalid JSON"),
+        ('{"id": "a", "text": "fine"}\n{"id": "b", "text": oops}\n', ":2: not valid JSON"),
         ('{"id": "a", "text": "fine"}\n{"text": "no id"}\n', ":2: missing or empty field 'id'"),
         ('{"id": "a"}\n', ":1: missing or empty field 'text'"),
         ('["a", "b"]\n', ":1: expected a JSON object"),

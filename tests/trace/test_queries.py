@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestrion import TraceStore, Tracer, Usage
+from orchestrion import Tracer, TraceStore, Usage
 
 
 def _episode(store: TraceStore, eid: str, run: str | None, started: float, task_id: str = "t",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrion import TraceError, TraceStore, Tracer, Usage
+from orchestrion import TraceError, Tracer, TraceStore, Usage
 from orchestrion.trace.export import export_jsonl
 
 
@@ -96,7 +96,8 @@ def test_jsonl_export_round_trip(store: TraceStore, tmp_path: Path) -> None:
     store.submit("INSERT INTO episodes (id, status, task) VALUES (?,?,?)", ("ep9", "ok", '{"prompt": "hi"}'))
     with tracer.span("episode", "root") as root:
         tracer.event("note", {"x": 1})
-        tracer.decision(root, {"messages": [{"role": "user", "content": "q"}], "output": "{}", "valid": True, "action": {}})
+        tracer.decision(root,
+                        {"messages": [{"role": "user", "content": "q"}], "output": "{}", "valid": True, "action": {}})
     store.flush()
     out = tmp_path / "t.jsonl"
     assert export_jsonl(store, ["ep9"], out) == 1

@@ -14,9 +14,9 @@ from safetensors.numpy import save_file
 
 from orchestrion import Pool
 from orchestrion._errors import ConfigError
+from orchestrion.models import _adapter as adapter_mod
 from orchestrion.models.pool import EMBEDDED_NAME, ModelSpec
 from orchestrion.models.scripted import ScriptedModel
-from orchestrion.train import adapter as adapter_mod
 from orchestrion.train.adapter import (
     ADAPTER_GGUF,
     peft_to_gguf,

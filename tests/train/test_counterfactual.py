@@ -21,12 +21,12 @@ from orchestrion import (
     TraceStore,
     solve,
 )
+from orchestrion._text import locate_json
 from orchestrion.strategies.spec import OrchestrationSpec
 from orchestrion.tools.agents import agent_tools
 from orchestrion.train.counterfactual import (
     counterfactual_samples,
     counterfactuals,
-    locate_json,
     span_weights,
     spec_edits,
     token_char_spans,
@@ -39,7 +39,8 @@ PRIMS = ["reasoner", "reviewer", "ensemble"]  # what agent_tools() allows withou
 
 
 def role(name: str, capacity: str, deps: list[str] | None = None, primitive: str = "reasoner") -> dict[str, Any]:
-    return {"name": name, "duty": f"duty of {name}", "capacity": capacity, "primitive": primitive, "depends_on": deps or []}
+    return {"name": name, "duty": f"duty of {name}", "capacity": capacity, "primitive": primitive,
+            "depends_on": deps or []}
 
 
 def spec_text(writer_capacity: str = "high") -> str:
@@ -93,9 +94,13 @@ def test_spec_edits_change_one_field_and_stay_valid() -> None:
     ]
     original = json.loads(spec_text())
     for e in edits:
-        assert e.output[: e.span[0]] == out[: e.span[0]] and e.output[e.span[1] + len(e.output) - len(out):] == out[e.span[1]:]
+        assert (
+            e.output[: e.span[0]] == out[: e.span[0]]
+            and e.output[e.span[1] + len(e.output) - len(out) :] == out[e.span[1] :]
+        )
         edited = json.loads(e.output.split("```json\n")[1].split("```")[0])
-        changed = [(i, k) for i, (a, b) in enumerate(zip(original["roles"], edited["roles"])) for k in a if a[k] != b[k]]
+        changed = [(i, k) for i, (a,
+                                  b) in enumerate(zip(original["roles"], edited["roles"])) for k in a if a[k] != b[k]]
         assert len(changed) == 1 and changed[0][1] == e.field  # exactly one field of one agent
         assert out[e.span[0]: e.span[1]] == (json.dumps(e.old) if e.kind == "dependency" else e.old)
     assert [e.kind for e in spec_edits(out, PRIMS, fields=("capacity",))] == ["capacity", "capacity"]
@@ -194,7 +199,8 @@ def test_token_spans_on_the_real_tokenizer_token_by_token() -> None:
     spec = {"roles": [
         {"name": "planner", "duty": "Plan the steps 🙂 for café", "capacity": "medium", "primitive": "reasoner",
          "depends_on": []},
-        {"name": "solver", "duty": "Compute 2+3", "capacity": "high", "primitive": "reviewer", "depends_on": ["planner"]},
+        {"name": "solver", "duty": "Compute 2+3", "capacity": "high", "primitive": "reviewer",
+         "depends_on": ["planner"]},
     ]}
     text = json.dumps(spec, ensure_ascii=False)
     ids = tok.encode(text, add_special_tokens=False)
@@ -205,7 +211,8 @@ def test_token_spans_on_the_real_tokenizer_token_by_token() -> None:
     assert decode(ids) == text
     spans = token_char_spans(ids, decode)
     assert spans[0][0] == 0 and spans[-1][1] == len(text)
-    assert all(a[1] == b[0] or b[0] == a[1] - 1 for a, b in itertools.pairwise(spans))  # contiguous (partial chars overlap)
+    assert all(a[1] == b[0] or b[0] == a[1] - 1 for a,
+               b in itertools.pairwise(spans))  # contiguous (partial chars overlap)
     edits = spec_edits(text, ["reasoner", "reviewer", "ensemble"])
     assert {e.kind for e in edits} == {"role", "capacity", "dependency"}
     for edit in edits:

@@ -96,7 +96,8 @@ def test_loop_on_a_scripted_pool(tmp_path: Path, store: TraceStore) -> None:
     assert all(s.valid_rate == 1.0 and s.rollout_policy == "pool" for s in result.steps)
     assert any("as is" in n for n in result.notes)  # the scripted orchestrator cannot run the adapter
     # every rollout is an episode of the training run, and the run is marked finished
-    assert store.query("SELECT status, kind FROM runs WHERE id = ?", (result.run_id,)) == [{"status": "finished", "kind": "grpo"}]
+    assert store.query("SELECT status, kind FROM runs WHERE id = ?",
+                       (result.run_id,)) == [{"status": "finished", "kind": "grpo"}]
     episodes = store.query("SELECT answer, meta FROM episodes WHERE run_id = ?", (result.run_id,))
     assert len(episodes) == 8
     for ep in episodes:  # scored like an eval episode, with its GRPO credit
@@ -127,7 +128,8 @@ def test_cli_grpo_on_a_jsonl_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyP
     from orchestrion.train import grpo
 
     data = tmp_path / "tasks.jsonl"
-    data.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"What is 2+2? ({i})", "answer": "4"}) + "\n" for i in range(2)))
+    data.write_text("".join(json.dumps({"id": f"q{i}", "prompt": f"What is 2+2? ({i})",
+                                        "answer": "4"}) + "\n" for i in range(2)))
     monkeypatch.setitem(strategy_base._REGISTRY, OneDecision.name, OneDecision)
     monkeypatch.setattr(grpo, "load_pool", lambda _p: Pool.from_models([ScriptedModel(by_seed, name="orch")]))
     out = tmp_path / "adapter"
@@ -142,7 +144,8 @@ def test_cli_grpo_on_a_jsonl_dataset(tmp_path: Path, monkeypatch: pytest.MonkeyP
 def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     from orchestrion import cli
 
-    res = CliRunner().invoke(cli.app, ["train", "grpo", "--dataset", "jsonl:/nope.jsonl", "--db", str(tmp_path / "t.db")])
+    res = CliRunner().invoke(cli.app,
+                             ["train", "grpo", "--dataset", "jsonl:/nope.jsonl", "--db", str(tmp_path / "t.db")])
     assert res.exit_code == 2 and "error:" in res.output and "Traceback" not in res.output
 
 

@@ -227,7 +227,8 @@ def test_opod_on_the_embedded_model(tmp_path: Path) -> None:
     res = asyncio.run(solve(Task(id="a", prompt="What is 3 + 4?", answer="7"), strategy="para", store=store,
                             run_id="real", options={"max_rounds": 1, "max_calls": 1}))
     # graded a success by hand, so RWR has data whatever the judge says
-    store.submit("UPDATE episodes SET meta = json_patch(meta, ?) WHERE id = ?", ('{"score": 1.0, "correct": true}', res.trace_id))
+    store.submit("UPDATE episodes SET meta = json_patch(meta, ?) WHERE id = ?",
+                 ('{"score": 1.0, "correct": true}', res.trace_id))
     store.close()
     out = tmp_path / "adapter"
     res2 = CliRunner().invoke(cli.app, ["train", "opod", "--run", "real", "--steps", "1", "--max-new-tokens", "8",

@@ -78,7 +78,8 @@ async def test_records_carry_exact_context_output_and_outcome(store: TraceStore)
     assert [r.attempt for r in a] == [0, 1, 0]
     assert [r.repaired for r in a] == [True, True, False]  # the first decision was repaired; the final one was not
     assert a[0].output == "I think we should add" and a[0].action is None and a[0].error
-    assert a[1].action == {"thought": "t", "calls": [{"tool": "calculator", "input": "2+3", "model": None, "args": None}],
+    assert a[1].action == {"thought": "t",
+                           "calls": [{"tool": "calculator", "input": "2+3", "model": None, "args": None}],
                            "final": False}
     # the repair attempt's context is the first context plus the bad output and the error
     assert a[1].messages[: len(a[0].messages)] == a[0].messages

@@ -120,7 +120,9 @@ async def test_all_equal_group_is_dropped_and_gives_no_samples(store: TraceStore
 
 
 async def test_samples_skip_decisions_without_token_ids_and_filter_models(store: TraceStore) -> None:
-    plain = ScriptedModel(lambda m, c: lookup("42" if c.seed == decision_seed(0, 0) else "1") if c.json_schema else m[-1]["content"],
+    plain = ScriptedModel(lambda m,
+                          c: lookup("42" if c.seed == decision_seed(0,
+                                                                    0) else "1") if c.json_schema else m[-1]["content"],
                           name="plain")
     group = await collect_group(TASK, strategy="para", pool=Pool.from_models([plain]), store=store, group=2,
                                 reward_fn=lambda r, t: _const(float(r.answer.count("42"))), options=OPTS,

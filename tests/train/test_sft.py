@@ -123,7 +123,8 @@ def test_three_steps_on_one_batch_lower_the_loss(trained: tuple[SFTResult, Path,
 
 
 @pytest.mark.integration
-def test_adapter_dir_holds_peft_files_gguf_and_log(trained: tuple[SFTResult, Path, list[tuple[int, int, float]]]) -> None:
+def test_adapter_dir_holds_peft_files_gguf_and_log(trained: tuple[SFTResult, Path,
+                                                                  list[tuple[int, int, float]]]) -> None:
     result, data, _ = trained
     d = result.adapter_dir
     assert result.gguf_path == d / "adapter.gguf"
@@ -131,7 +132,8 @@ def test_adapter_dir_holds_peft_files_gguf_and_log(trained: tuple[SFTResult, Pat
         assert (d / name).is_file(), name
     config = json.loads((d / "adapter_config.json").read_text())
     assert config["r"] == 4 and config["lora_alpha"] == 8
-    assert set(config["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+    assert set(config["target_modules"]) == {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                             "down_proj"}
     log = json.loads((d / "train_log.json").read_text())
     assert log["losses"] == result.losses
     assert log["settings"]["steps"] == 3 and log["examples"] == 2 and log["data"] == str(data)
@@ -188,8 +190,10 @@ def test_run_with_the_adapter_decides_with_the_adapted_model(
     assert proc.returncode in (0, 1), proc.stderr  # 1: the step budget ended the episode
     episode = json.loads(proc.stdout)
     with sqlite3.connect(db) as conn:
-        models = {m for (m,) in conn.execute("SELECT model FROM decisions WHERE episode_id = ?", (episode["trace_id"],))}
-        pool_meta = json.loads(conn.execute("SELECT meta FROM episodes WHERE id = ?", (episode["trace_id"],)).fetchone()[0])
+        models = {m for (m,) in conn.execute("SELECT model FROM decisions WHERE episode_id = ?",
+                                             (episode["trace_id"],))}
+        pool_meta = json.loads(conn.execute("SELECT meta FROM episodes WHERE id = ?",
+                                            (episode["trace_id"],)).fetchone()[0])
     assert models == {f"{EMBEDDED_NAME}+adapter"}
     assert "adapter" in pool_meta["pool"]
 

@@ -108,7 +108,8 @@ async def test_tree_shape_shared_prefix_and_hand_computed_advantages(store: Trac
 
     nodes = {(n.episode, n.depth): n for n in tree.nodes}
     assert len(nodes) == 12  # one per sampled decision
-    # depth 0, owner E0: V(E0,0) = mean(E0, E3, E4) = 1/3; V(E1,0) = mean(E1, E5, E6) = 1; V(E2,0) = mean(E2, E7, E8) = 1/3
+    # depth 0, owner E0: V(E0,0) = mean(E0, E3, E4) = 1/3; V(E1,0) = mean(E1, E5, E6) = 1;
+    # V(E2,0) = mean(E2, E7, E8) = 1/3
     third = 1 / 3
     expected = {(0, 0): (third, third - 5 / 9), (1, 0): (1.0, 1 - 5 / 9), (2, 0): (third, third - 5 / 9),
                 # depth 1, owner E0: E0 alone 0, E3 1, E4 0 -> mean 1/3

@@ -38,7 +38,8 @@ def _fetch(name: str, force: bool) -> None:
     from .datasets import fetch_dataset
 
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err, transient=True
+        TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err,
+        transient=True
     ) as bar:
         job = bar.add_task(f"{name}: starting", total=None)
 

@@ -13,9 +13,9 @@ import orjson
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ..models.pool import default_pool_ref
 from .._cli_common import DbOpt, PoolOpt, err, friendly, out, parse_settings
 from .._errors import ConfigError
+from ..models.pool import default_pool_ref
 from ..runtime.budget import Budget
 from ..trace.store import TraceStore
 from .executors import Outcome, make_executor
@@ -56,19 +56,29 @@ def register(app: typer.Typer) -> None:
     @app.command("eval")
     @friendly
     def eval_cmd(
-        dataset: Annotated[str | None, typer.Option("--dataset", "-d", help="e.g. bigbench:arithmetic/2_digit_multiplication, humaneval, jsonl:PATH")] = None,
-        strategies: Annotated[str | None, typer.Option("--strategies", "-s", help="comma-separated strategy names [default: direct]")] = None,
-        limit: Annotated[int | None, typer.Option("--limit", min=1, help="first N tasks (after shuffling with --seed)")] = None,
-        epochs: Annotated[int | None, typer.Option("--epochs", min=1, help="runs per task and strategy [default: 1]")] = None,
-        concurrency: Annotated[int | None, typer.Option("--concurrency", min=1, help="episodes in flight [default: 8]")] = None,
+        dataset: Annotated[str | None, typer.Option(
+            "--dataset", "-d", help="e.g. bigbench:arithmetic/2_digit_multiplication, humaneval, jsonl:PATH")] = None,
+        strategies: Annotated[str | None, typer.Option(
+            "--strategies", "-s", help="comma-separated strategy names [default: direct]")] = None,
+        limit: Annotated[int | None, typer.Option(
+            "--limit", min=1, help="first N tasks (after shuffling with --seed)")] = None,
+        epochs: Annotated[int | None, typer.Option(
+            "--epochs", min=1, help="runs per task and strategy [default: 1]")] = None,
+        concurrency: Annotated[int | None, typer.Option(
+            "--concurrency", min=1, help="episodes in flight [default: 8]")] = None,
         pool: PoolOpt = None,
-        adapter: Annotated[Path | None, typer.Option("--orchestrator-adapter", help="LoRA adapter for the orchestrator (from `train sft|grpo|opod`)")] = None,
-        seed: Annotated[int | None, typer.Option("--seed", help="dataset sampling seed; episodes get option seed = N + epoch")] = None,
+        adapter: Annotated[Path | None, typer.Option(
+            "--orchestrator-adapter", help="LoRA adapter for the orchestrator (from `train sft|grpo|opod`)")] = None,
+        seed: Annotated[int | None, typer.Option(
+            "--seed", help="dataset sampling seed; episodes get option seed = N + epoch")] = None,
         db: DbOpt = None,
-        budget: Annotated[list[str], typer.Option("--budget", help="per-episode limit, e.g. tokens=4000 (repeatable)")] = [],  # noqa: B006
+        budget: Annotated[list[str], typer.Option(
+            "--budget", help="per-episode limit, e.g. tokens=4000 (repeatable)")] = [],  # noqa: B006
         settings: Annotated[list[str], typer.Option("--set", help="strategy option KEY=VALUE (repeatable)")] = [],  # noqa: B006
-        executor: Annotated[str | None, typer.Option("--executor", help="local (asyncio) or ray [default: local]")] = None,
-        ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address; default: a local instance")] = None,
+        executor: Annotated[str | None, typer.Option(
+            "--executor", help="local (asyncio) or ray [default: local]")] = None,
+        ray_address: Annotated[str | None, typer.Option(
+            "--ray-address", help="Ray cluster address; default: a local instance")] = None,
         resume: Annotated[str | None, typer.Option("--resume", help="RUN_ID of an interrupted run to finish")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
     ) -> None:
@@ -76,21 +86,25 @@ def register(app: typer.Typer) -> None:
         store = TraceStore(db)
         if resume is not None:
             fixed = {"--dataset": dataset, "--strategies": strategies, "--limit": limit, "--epochs": epochs,
-                     "--pool": pool, "--orchestrator-adapter": adapter, "--seed": seed, "--budget": budget, "--set": settings}
+                     "--pool": pool, "--orchestrator-adapter": adapter, "--seed": seed, "--budget": budget,
+                     "--set": settings}
             ignored = [name for name, value in fixed.items() if value not in (None, [])]
             if ignored:
                 err.print(f"[yellow]--resume uses the run's saved settings; ignoring {', '.join(ignored)}[/yellow]")
             _, config = resume_config(store, resume)
         else:
             if dataset is None:
-                raise ConfigError("--dataset is required (or --resume RUN_ID); e.g. --dataset bigbench:arithmetic/1_digit_addition")
+                raise ConfigError(
+                    "--dataset is required (or --resume RUN_ID); e.g. --dataset bigbench:arithmetic/1_digit_addition"
+                )
             names = [s.strip() for s in (strategies or "direct").split(",") if s.strip()]
             if not names:
                 raise ConfigError("--strategies: give at least one strategy name, e.g. direct,cot")
             config = EvalConfig(
                 dataset=dataset, strategies=names, limit=limit, epochs=epochs or 1, seed=seed,
                 pool=default_pool_ref() if pool is None else str(pool),  # stored: a resume uses the same pool
-                orchestrator_adapter=None if adapter is None else str(adapter.resolve()), budget=Budget.parse_cli(budget).model_dump(exclude_none=True),
+                orchestrator_adapter=None if adapter is None else str(adapter.resolve()),
+                budget=Budget.parse_cli(budget).model_dump(exclude_none=True),
                 options=parse_settings(settings),
             )
         chosen = executor or config.executor

@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
     @friendly
     def report(
         run_id: Annotated[str, typer.Argument(help="eval run id (or a unique prefix of one)")],
-        out_dir: Annotated[Path | None, typer.Option("--out", help="folder to write into; default report-<run id prefix>")] = None,
+        out_dir: Annotated[Path | None, typer.Option(
+            "--out", help="folder to write into; default report-<run id prefix>")] = None,
         db: DbOpt = None,
     ) -> None:
         """Write report.md (config, per-strategy table, Pareto-optimal strategies) and PNG plots for an eval run."""

@@ -26,7 +26,8 @@ from ..api import solve
 from ..models.pool import Pool, PoolConfig
 from ..runtime.budget import Budget
 from ..runtime.options import options_for
-from ..strategies.base import Task, get_strategy
+from ..runtime.types import Task
+from ..strategies.base import get_strategy
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
@@ -201,7 +202,9 @@ class RayExecutor:
         try:
             import ray  # noqa: F401
         except ImportError:
-            raise ConfigError("--executor ray needs Ray, which is not installed: pip install 'orchestrion[ray]'") from None
+            raise ConfigError(
+                "--executor ray needs Ray, which is not installed: pip install 'orchestrion[ray]'"
+            ) from None
         self.concurrency = concurrency
         self.address = address
         self.num_cpus = num_cpus
@@ -217,7 +220,9 @@ class RayExecutor:
                 ray.init(address=self.address, include_dashboard=False, log_to_driver=False)
             except (ConnectionError, ValueError, RuntimeError) as exc:
                 where = self.address or "a new local instance"
-                raise ConfigError(f"--executor ray: cannot start or reach Ray at {where} ({exc}); check --ray-address") from None
+                raise ConfigError(
+                    f"--executor ray: cannot start or reach Ray at {where} ({exc}); check --ray-address"
+                ) from None
         remote = ray.remote(num_cpus=self.num_cpus, max_retries=0)(_ray_episode)
         job_ref = ray.put(job)
 

@@ -29,7 +29,8 @@ from .._errors import ConfigError
 from ..api import load_pool, solve
 from ..models.pool import Pool
 from ..runtime.budget import Budget
-from ..strategies.base import Strategy, Task, get_strategy
+from ..runtime.types import Task
+from ..strategies.base import Strategy, get_strategy
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 

@@ -209,7 +209,7 @@ def _config_lines(info: dict[str, Any]) -> list[str]:
         if key == "created" and isinstance(value, (int, float)):
             import datetime as dt
 
-            shown = dt.datetime.fromtimestamp(value, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+            shown = dt.datetime.fromtimestamp(value, dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         lines.append(f"| {_cell(str(key))} | {_cell(shown)} |")
     if len(lines) == 2:
         lines.append("| (no recorded configuration) | |")

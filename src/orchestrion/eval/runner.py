@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from .._errors import ConfigError
 from ..runtime.budget import Budget
 from ..runtime.options import check_run_options
-from ..strategies.base import Task, get_strategy
+from ..runtime.types import Task
+from ..strategies.base import get_strategy
 from ..trace.store import TraceStore
 from ..trace.tracer import new_id
 from .executors import EpisodeJob, Executor, Outcome, PoolFactory, PoolSource, WorkItem, make_executor
@@ -161,7 +162,8 @@ def _prior(store: TraceStore, run_id: str, total: int) -> tuple[set[tuple[str, s
     return done, tally
 
 
-def work_items(tasks: list[Task], strategies: list[str], epochs: int, done: set[tuple[str, str, int]]) -> list[WorkItem]:
+def work_items(tasks: list[Task], strategies: list[str], epochs: int,
+               done: set[tuple[str, str, int]]) -> list[WorkItem]:
     """Epoch by epoch, task by task, every strategy: early results cover all strategies."""
     items = (WorkItem(t, s, e) for e in range(epochs) for t in tasks for s in strategies)
     return [it for it in items if it.key not in done]

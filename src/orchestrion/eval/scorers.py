@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from ..strategies.base import Task
-from ._extract import (
+from .._text import (
+    PYTHON_FENCES,
     code_blocks,
     contains_phrase,
     extract_answer,
@@ -25,6 +25,7 @@ from ._extract import (
     normalize,
     parse_number,
 )
+from ..runtime.types import Task
 
 SCORING_MODES = ("multiple_choice", "numeric", "exact", "execution")
 
@@ -192,7 +193,7 @@ def build_program(output: str, task: Task) -> str:
     """The code to test: a fenced block (or the raw output), completed with the code prompt."""
     entry = str(task.metadata.get("entry_point", ""))
     prompt = str(task.metadata.get("code_prompt", ""))
-    blocks = [code for lang, code in code_blocks(output) if lang in ("", "python", "py", "python3")]
+    blocks = [code for lang, code in code_blocks(output) if lang in PYTHON_FENCES]
     defines = re.compile(rf"^\s*def\s+{re.escape(entry)}\s*\(", re.MULTILINE) if entry else None
     if blocks:
         code = next((b for b in blocks if defines and defines.search(b)), max(blocks, key=len))

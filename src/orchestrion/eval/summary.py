@@ -136,7 +136,8 @@ def _pass_at_k(per_task: dict[str, list[dict[str, Any]]], epochs: int) -> dict[i
 
     result: dict[int, float] = {}
     for k in sorted({1, max(1, epochs)}):
-        values = [pass_at_k(len(g), sum(1 for e in g if e["meta"].get("correct")), k) for g in per_task.values() if len(g) >= k]
+        values = [pass_at_k(len(g), sum(1 for e in g if e["meta"].get("correct")), k)
+                  for g in per_task.values() if len(g) >= k]
         if values:
             result[k] = sum(values) / len(values)
     return result
@@ -151,7 +152,8 @@ def _decision_counts(store: TraceStore, run_id: str, ids: set[str]) -> tuple[Cou
     return invalid, attempts
 
 
-def _span_counts(store: TraceStore, run_id: str, ids: set[str], kinds: tuple[str, ...], attr: str) -> dict[str, Counter[str]]:
+def _span_counts(store: TraceStore, run_id: str, ids: set[str], kinds: tuple[str, ...],
+                 attr: str) -> dict[str, Counter[str]]:
     """Per counted episode: span labels (``attrs[attr]``, else the span name) of the given kinds."""
     return {ep: c for ep, c in store.span_label_counts(run_id, kinds, attr).items() if ep in ids}
 

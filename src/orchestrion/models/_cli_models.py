@@ -16,7 +16,8 @@ from rich.text import Text
 from .._cli_common import err, friendly_with, out
 from .._errors import ModelNotFoundError, ModelUnavailableError
 
-NamesArg = Annotated[list[str] | None, typer.Argument(help="catalog model names; none = every model", show_default=False)]
+NamesArg = Annotated[list[str] | None, typer.Argument(help="catalog model names; none = every model",
+                                                      show_default=False)]
 
 
 def _names(names: list[str] | None) -> list[str]:
@@ -43,7 +44,8 @@ def _table(full: bool) -> tuple[Table, list[str]]:
         else:
             state = Text(st.state, style="green" if st.pulled else "dim")
         where = Text(str(st.path or file_path(name)), style="" if st.path else "dim")
-        table.add_row(Text(name), Text(e.upstream), Text(e.license), f"{e.size / 1e6:,.1f}", e.sha256[:12], state, where)
+        table.add_row(Text(name), Text(e.upstream), Text(e.license), f"{e.size / 1e6:,.1f}", e.sha256[:12], state,
+                      where)
     return table, errors
 
 
@@ -146,16 +148,21 @@ def register(app: typer.Typer) -> None:
             kept = installed_file(name)
             if kept is not None:
                 pkg = CATALOG[name].packages[0]
-                out.print(f"{name}: the copy in the installed {pkg} package stays ({kept}); `pip uninstall {pkg}` removes it",
-                          markup=False, highlight=False)
+                out.print(
+                    f"{name}: the copy in the installed {pkg} package stays ({kept}); `pip uninstall {pkg}` removes it",
+                    markup=False,
+                    highlight=False,
+                )
 
     @models_app.command("serve")
     @friendly_with("interrupted")
     def serve_cmd(
         names: NamesArg = None,
         host: Annotated[str, typer.Option("--host", help="bind address; loopback by default")] = "127.0.0.1",
-        port_base: Annotated[int, typer.Option("--port-base", min=1, max=65535, help="first port; one per model")] = 8081,
-        out_path: Annotated[Path, typer.Option("--out", help="pool.yaml to write for these servers")] = Path("pool.yaml"),
+        port_base: Annotated[int, typer.Option("--port-base", min=1, max=65535,
+                                               help="first port; one per model")] = 8081,
+        out_path: Annotated[Path, typer.Option("--out",
+                                               help="pool.yaml to write for these servers")] = Path("pool.yaml"),
         threads: Annotated[int | None, typer.Option("--threads", min=1, help="threads per server")] = None,
     ) -> None:
         """Run a llama.cpp OpenAI-compatible server per pulled model and write a pool.yaml for them."""

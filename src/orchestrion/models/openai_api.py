@@ -4,7 +4,8 @@ Speaks the wire protocol over aiohttp + orjson (the official SDK costs 2-3 ms CP
 call): one lazily made ``ClientSession`` per event loop, unbounded connection pool.
 Each failure is a one-line :class:`ModelError`: a 4xx other than 429 fails at once; 429,
 5xx, connection errors and timeouts are retried with exponential backoff and jitter
-(``Retry-After`` honoured, capped), then raise :class:`ModelUnavailableError`.
+(``Retry-After`` honoured, capped), then raise :class:`ModelUnavailableError`. An HTTP
+error status is a :class:`ModelHTTPError` carrying ``status``, ``body`` and ``retryable``.
 A missing API-key variable is a :class:`ConfigError`.
 """
 
@@ -23,7 +24,7 @@ import aiohttp
 import orjson
 from yarl import URL
 
-from .._errors import ConfigError, ModelError, ModelUnavailableError
+from .._errors import ConfigError, ModelError, ModelHTTPError, ModelUnavailableError
 from ._cost import Price, cost_of
 from ._types import Completion, GenerateConfig, Message, Usage, msg
 
@@ -39,15 +40,6 @@ _HINTS = {
     403: "; check the API key in {key}",
     404: "; check base_url and the model id '{model}'",
 }
-
-
-class _Rejected(ModelError):
-    """The server refused the request (4xx other than 429); never retried."""
-
-    def __init__(self, text: str, status: int, server_message: str) -> None:
-        super().__init__(text)
-        self.status = status
-        self.server_message = server_message
 
 
 class OpenAIAPIModel:
@@ -157,7 +149,7 @@ class OpenAIAPIModel:
             body = self._body(messages, config, mode, stream)
             try:
                 resp, raw = await self._send(body, read=not stream)
-            except _Rejected as exc:
+            except ModelHTTPError as exc:
                 if i + 1 < len(modes) and self._may_fall_back(exc):
                     continue
                 raise
@@ -170,7 +162,7 @@ class OpenAIAPIModel:
         """POST with retries; return an OK response (closed and read when ``read``)."""
         session = self._get_session()
         headers = self._headers()
-        kind, problem, delay = "unreachable", "", 0.0
+        kind, problem, delay, status, message = "unreachable", "", 0.0, 0, ""
         attempts = self.max_retries + 1
         for attempt in range(attempts):
             if attempt:
@@ -189,8 +181,8 @@ class OpenAIAPIModel:
                     key = f"${self.api_key_env}" if self.api_key_env else "the variable named by api_key_env (none set)"
                     hint = _HINTS.get(resp.status, "").format(key=key, model=self.server_model)
                     text = f"model '{self.name}' at {self.url} rejected the request (HTTP {resp.status}): {message}"
-                    raise _Rejected(text + hint, resp.status, message)
-                kind, problem = "failing", f"HTTP {resp.status}: {message}"
+                    raise ModelHTTPError(text + hint, resp.status, message, retryable=False)
+                kind, problem, status = "failing", f"HTTP {resp.status}: {message}", resp.status
                 wait = _retry_after(resp.headers, self.max_retry_after_s)
                 delay = delay if wait is None else wait
             except (aiohttp.ClientError, TimeoutError) as exc:
@@ -203,7 +195,7 @@ class OpenAIAPIModel:
                 " raise timeout_s for this model"
             )
         if kind == "failing":
-            raise ModelUnavailableError(f"{where} kept failing after {attempts} attempts: {problem}")
+            raise ModelHTTPError(f"{where} kept failing after {attempts} attempts: {problem}", status, message, True)
         raise ModelUnavailableError(f"{where} is unreachable: {problem}; is the server running?")
 
     # -- request and response ---------------------------------------------------------
@@ -214,10 +206,10 @@ class OpenAIAPIModel:
             return [self.structured]
         return list(_AUTO_ORDER[_AUTO_ORDER.index(self._auto_mode) :])
 
-    def _may_fall_back(self, exc: _Rejected) -> bool:
-        if exc.status not in (400, 422):
+    def _may_fall_back(self, exc: ModelHTTPError) -> bool:
+        if exc.retryable or exc.status not in (400, 422):
             return False
-        lowered = exc.server_message.lower()
+        lowered = exc.body.lower()
         return not self._auto_confirmed or any(h in lowered for h in _FALLBACK_HINTS)
 
     def _body(self, messages: Sequence[Message], config: GenerateConfig, mode: str | None, stream: bool) -> bytes:
@@ -349,7 +341,8 @@ def from_spec(spec: ModelSpec) -> OpenAIAPIModel:
         raise ConfigError(f"model '{spec.name}': an openai-api model needs base_url (e.g. http://127.0.0.1:8000/v1)")
     return OpenAIAPIModel(
         spec.name, spec.base_url, model=spec.model or spec.name, api_key_env=spec.api_key_env,
-        timeout_s=spec.timeout_s, max_retries=spec.max_retries, structured=spec.structured, price=spec.price, extra_body=spec.extra_body,
+        timeout_s=spec.timeout_s, max_retries=spec.max_retries, structured=spec.structured, price=spec.price,
+        extra_body=spec.extra_body,
     )
 
 

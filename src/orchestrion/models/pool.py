@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .._errors import ConfigError, ModelNotFoundError
+from .._text import load_yaml
 from ._cost import Price
 from ._types import Completion, GenerateConfig, Message
 from .protocol import Model
@@ -82,7 +82,7 @@ class ModelSpec(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _check_backend_fields(self) -> "ModelSpec":
+    def _check_backend_fields(self) -> ModelSpec:
         if self.backend == "openai-api" and not self.base_url:
             raise ValueError("an openai-api model needs base_url (for example http://127.0.0.1:8000/v1)")
         if self.lora_path and self.backend != "llama-cpp":
@@ -119,7 +119,7 @@ class PoolConfig(BaseModel):
     strategies: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @model_validator(mode="after")
-    def _check_names(self) -> "PoolConfig":
+    def _check_names(self) -> PoolConfig:
         names = [m.name for m in self.models]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -158,18 +158,18 @@ class Pool:
 
     # -- construction -------------------------------------------------------------
     @classmethod
-    def default(cls) -> "Pool":
+    def default(cls) -> Pool:
         return cls(PoolConfig(models=[embedded_spec()]))
 
     @classmethod
-    def preset(cls, name: str) -> "Pool":
+    def preset(cls, name: str) -> Pool:
         """A built-in pool: ``local`` (three catalog models, tiers 1-3) or ``tiny`` (SmolLM2 alone)."""
         from .presets import preset_config
 
         return cls._validated(preset_config(name), f"preset '{name}'")
 
     @classmethod
-    def resolve(cls, ref: str | Path | None = None) -> "Pool":
+    def resolve(cls, ref: str | Path | None = None) -> Pool:
         """The pool ``ref`` names: a pool.yaml path, a preset name, or (``None``) the default.
 
         The default is ``$ORCHESTRION_POOL`` when set, else ``local`` once its models are
@@ -182,7 +182,7 @@ class Pool:
         return cls.from_yaml(ref)
 
     @classmethod
-    def _validated(cls, raw: dict[str, Any], where: str) -> "Pool":
+    def _validated(cls, raw: dict[str, Any], where: str) -> Pool:
         try:
             return cls(PoolConfig.model_validate(raw), source=where)
         except ValidationError as exc:
@@ -191,16 +191,9 @@ class Pool:
             raise ConfigError(f"{where}: field '{loc}': {err['msg']}") from None
 
     @classmethod
-    def from_yaml(cls, path: str | Path) -> "Pool":
+    def from_yaml(cls, path: str | Path) -> Pool:
         p = Path(path)
-        try:
-            raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{p}: pool file not found; pass an existing file to --pool") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f" line {mark.line + 1}" if mark is not None else ""
-            raise ConfigError(f"{p}:{where} is not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        raw = load_yaml(p, missing="pool file not found; pass an existing file to --pool")
         if not isinstance(raw, dict):
             raise ConfigError(f"{p}: expected a mapping with a 'models:' list at the top")
         return cls._validated(raw, str(p))
@@ -213,7 +206,7 @@ class Pool:
         orchestrator: str | None = None,
         synthesizer: str | None = None,
         executor: str | None = None,
-    ) -> "Pool":
+    ) -> Pool:
         """A pool over ready-made model objects (tests, notebooks)."""
         specs = [ModelSpec(name=m.name, backend="scripted") for m in models]
         config = PoolConfig(models=specs, orchestrator=orchestrator, synthesizer=synthesizer, executor=executor)
@@ -227,7 +220,7 @@ class Pool:
         The adapted orchestrator is a separate llama.cpp instance named ``NAME+adapter``;
         executor and synthesizer stay on the base model, and the adapted copy is not listed
         among the models the orchestrator may pick, so its prompts match the ones it was
-        trained on. ``adapter`` is what :func:`orchestrion.train.adapter.resolve_adapter` takes.
+        trained on. ``adapter`` is what :func:`orchestrion.models._adapter.resolve_adapter` takes.
         """
         base = self.orchestrator
         spec = self.spec(base)
@@ -236,7 +229,7 @@ class Pool:
                 f"orchestrator '{base}' is an {spec.backend} model; --orchestrator-adapter loads into llama-cpp "
                 "models only: serve the adapter with vLLM's --lora-modules and name it in pool.yaml"
             )
-        from ..train.adapter import resolve_adapter
+        from ._adapter import resolve_adapter
 
         lora = resolve_adapter(adapter, base_gguf=spec.path)
         name = f"{base}+adapter"
@@ -252,7 +245,7 @@ class Pool:
         pool._models = {k: v for k, v in self._models.items() if k != name}
         return pool
 
-    def with_hidden(self, model: Model) -> "Pool":
+    def with_hidden(self, model: Model) -> Pool:
         """A copy of this pool that also holds ``model``, hidden from :attr:`names` and
         :meth:`describe`: strategies can be pointed at it by name (e.g. the ``synthesizer``
         option), but the orchestrator's prompts list exactly the models of this pool."""
@@ -268,7 +261,7 @@ class Pool:
         pool._models = {**{k: v for k, v in self._models.items() if k != model.name}, model.name: model}
         return pool
 
-    def with_orchestrator(self, model: Model) -> "Pool":
+    def with_orchestrator(self, model: Model) -> Pool:
         """A copy of this pool whose orchestrator is ``model`` (a ready-made object), hidden
         like :meth:`with_hidden`: a rule-based expert planner then produces training data in
         the same contexts the real orchestrator gets."""

@@ -9,13 +9,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import Union
 
 from .._errors import ModelError
 from ._cost import Price, cost_of
 from ._types import Completion, GenerateConfig, Message, Usage
 
-Reply = Union[str, Exception]
+Reply = str | Exception
 ReplyFn = Callable[[Sequence[Message], GenerateConfig], Reply]
 
 

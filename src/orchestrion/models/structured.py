@@ -8,62 +8,15 @@ bounded number of times. Every attempt, valid or not, is kept as data.
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any, TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from .._text import extract_json
 from ._types import Message, msg
 
 T = TypeVar("T", bound=BaseModel)
-
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
-
-
-def extract_json(text: str) -> Any:
-    """The first JSON value in ``text``: bare, inside a code fence, or the outermost {...}."""
-    candidates = [text.strip()]
-    candidates += [m.strip() for m in _FENCE.findall(text)]
-    start = text.find("{")
-    if start >= 0:
-        candidates.append(_balanced(text, start))
-    last: Exception | None = None
-    for cand in candidates:
-        if not cand:
-            continue
-        try:
-            return orjson.loads(cand)
-        except orjson.JSONDecodeError as exc:
-            last = exc
-        try:  # small models put raw newlines inside strings; accept them
-            return json.loads(cand, strict=False)
-        except json.JSONDecodeError:
-            pass
-    raise ValueError(f"no JSON object found ({last})" if last else "empty output")
-
-
-def _balanced(text: str, start: int) -> str:
-    depth, in_str, esc = 0, False, False
-    for i in range(start, len(text)):
-        ch = text[i]
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch == "{":
-            depth += 1
-        elif ch == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start : i + 1]
-    return text[start:]
 
 
 def parse_as(schema: type[T], text: str) -> T:

@@ -29,7 +29,7 @@ class Budget(BaseModel):
     wall_s: float | None = Field(default=None, gt=0)
 
     @classmethod
-    def parse_cli(cls, items: list[str]) -> "Budget":
+    def parse_cli(cls, items: list[str]) -> Budget:
         """Parse ``["tokens=2000", "wall_s=30"]`` as given to ``--budget``."""
         values: dict[str, str] = {}
         for item in items:

@@ -23,10 +23,11 @@ from ..tools.registry import ToolRegistry
 from ..trace.tracer import Tracer
 from .budget import BudgetTracker
 from .options import LooseOptions, StrategyOptions, validate_options
+from .types import EpisodeStatus
 
 T = TypeVar("T", bound=BaseModel)
 R = TypeVar("R")
-O = TypeVar("O", bound=StrategyOptions)
+OptionsT = TypeVar("OptionsT", bound=StrategyOptions)
 
 ORCHESTRATOR_CONFIG = GenerateConfig(max_tokens=384, temperature=0.0, logprobs=True)
 Role = Literal["decision", "synthesis", "agent"]
@@ -86,7 +87,7 @@ class RunContext:
         """The options set for this episode (CLI/API over the pool's strategy YAML), as a dict."""
         return self.strategy_options.model_dump(exclude_unset=True)
 
-    def options_as(self, cls: type[O]) -> O:
+    def options_as(self, cls: type[OptionsT]) -> OptionsT:
         """The episode's options as ``cls`` (a strategy's ``Options``): typed, defaults filled in.
         A key ``cls`` does not declare, or a value of the wrong type, is a one-line ConfigError."""
         if isinstance(self.strategy_options, cls):
@@ -105,7 +106,7 @@ class RunContext:
         value = getattr(self.strategy_options, name, None)
         return default if value is None else value
 
-    def with_tools(self, tools: ToolRegistry) -> "RunContext":
+    def with_tools(self, tools: ToolRegistry) -> RunContext:
         """The same episode (pool, tracer, budget, options, recorded results) with other tools."""
         child = RunContext(self.pool, tools, self.tracer, self.budget, self.strategy_options)
         child.results = self.results  # one list: the grounding rate sees every call of the episode
@@ -206,7 +207,8 @@ class RunContext:
                         completion = self._replayed(index, model_name)
                         replayed.append(attempt)
                     else:
-                        completion = await self.generate(convo, model=model_name, config=self._seeded(cfg, index), name=name)
+                        completion = await self.generate(convo, model=model_name, config=self._seeded(cfg, index),
+                                                         name=name)
                 except ModelError as exc:
                     if attempt == 0:
                         raise
@@ -242,7 +244,7 @@ class RunContext:
             if replayed:  # replayed attempts: no model call, no tokens; sampled ones have a call span
                 span.set(replayed=len(replayed) == len(decision.attempts), replayed_attempts=replayed)
             if not decision.valid:
-                span.status = "invalid"
+                span.status = EpisodeStatus.INVALID
         return decision
 
     def _replayed(self, index: int, model_name: str) -> Completion:

@@ -19,7 +19,7 @@ from pydantic_core import ErrorDetails
 
 from .._errors import ConfigError
 
-O = TypeVar("O", bound="StrategyOptions")
+OptionsT = TypeVar("OptionsT", bound="StrategyOptions")
 
 
 class StrategyOptions(BaseModel):
@@ -28,11 +28,13 @@ class StrategyOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_parallel: int | None = Field(
-        default=None, description="at most this many calls or plan nodes at once; 1 = the serial variant (default: unbounded)")
+        default=None,
+        description="at most this many calls or plan nodes at once; 1 = the serial variant (default: unbounded)")
     seed: int | None = Field(
         default=None, description="base sampling seed: each decision call and sample gets its own seed derived from it")
     replay_decisions: list[str] | None = Field(
-        default=None, description="raw outputs that replace the episode's first decision calls (tree/counterfactual rollouts)")
+        default=None,
+        description="raw outputs that replace the episode's first decision calls (tree/counterfactual rollouts)")
     synthesizer: str | None = Field(
         default=None, description="pool model that writes the final answer (default: the pool's synthesizer)")
     max_tokens: int = Field(default=256, description="output-token limit of answer and synthesis calls")
@@ -51,7 +53,7 @@ class LooseOptions(StrategyOptions):
     model_config = ConfigDict(extra="allow")
 
 
-def validate_options(cls: type[O], values: Mapping[str, Any], *, where: str) -> O:
+def validate_options(cls: type[OptionsT], values: Mapping[str, Any], *, where: str) -> OptionsT:
     """``values`` as a ``cls``; a bad key or value is a one-line :class:`ConfigError` prefixed by ``where``."""
     try:
         return cls.model_validate(dict(values))
@@ -92,8 +94,8 @@ def type_name(annotation: Any) -> str:
     return str(getattr(annotation, "__name__", annotation))
 
 
-def episode_options(cls: type[O], strategy: str, pool_block: Mapping[str, Any], pool_source: str,
-                    options: Mapping[str, Any] | None) -> O:
+def episode_options(cls: type[OptionsT], strategy: str, pool_block: Mapping[str, Any], pool_source: str,
+                    options: Mapping[str, Any] | None) -> OptionsT:
     """The options of one episode: the pool's ``strategies:`` entry for ``strategy``, overridden by
     ``options``, validated against ``cls``. The pool entry is checked on its own first, so an error
     in it names the pool file."""
@@ -131,5 +133,6 @@ def options_table(cls: type[StrategyOptions]) -> list[tuple[str, str, str, str]]
     for name in [*(n for n in fields if n not in shared), *(n for n in fields if n in shared)]:
         info = fields[name]
         default = info.get_default(call_default_factory=True)
-        rows.append((name, type_name(info.annotation), "-" if default is None else str(default), info.description or ""))
+        rows.append((name, type_name(info.annotation), "-" if default is None else str(default),
+                     info.description or ""))
     return rows

@@ -31,9 +31,11 @@ class PlanOptions(StrategyOptions):
     """Options of the strategies that plan with :func:`ask_plan` and run the plan (milestone, topology)."""
 
     max_subtasks: int = Field(default=MAX_SUBTASKS, description=f"most subtasks per plan (at most {MAX_SUBTASKS})")
-    plan_repairs: int = Field(default=2, description="re-prompts after a plan with a graph error, before the fallback plan")
+    plan_repairs: int = Field(default=2,
+                              description="re-prompts after a plan with a graph error, before the fallback plan")
     plan_max_tokens: int = Field(default=512, description="output-token limit of each planning call")
-    node_timeout_s: float | None = Field(default=None, description="time limit per plan node in seconds (default: none)")
+    node_timeout_s: float | None = Field(default=None,
+                                         description="time limit per plan node in seconds (default: none)")
 
 
 @dataclass
@@ -69,9 +71,13 @@ def check_plan(ctx: RunContext, subtasks: list[Subtask], max_subtasks: int = MAX
     order = validate_plan(subtasks)
     for sub in subtasks:
         if sub.tool not in ctx.tools:
-            raise PlanError(f"subtask '{sub.id}' uses unknown tool '{sub.tool}'; choose one of: {', '.join(ctx.tools.names)}")
+            raise PlanError(
+                f"subtask '{sub.id}' uses unknown tool '{sub.tool}'; choose one of: {', '.join(ctx.tools.names)}"
+            )
         if sub.model is not None and sub.model not in ctx.pool.names:
-            raise PlanError(f"subtask '{sub.id}' names unknown model '{sub.model}'; choose one of: {', '.join(ctx.pool.names)}")
+            raise PlanError(
+                f"subtask '{sub.id}' names unknown model '{sub.model}'; choose one of: {', '.join(ctx.pool.names)}"
+            )
     return order
 
 

@@ -105,11 +105,13 @@ async def run_dag(nodes: Iterable[Node], *, max_parallel: int | None = None) -> 
                     value = await node.run(inputs)
             return NodeResult(node.id, "ok", value, started=started, ended=time.perf_counter())
         except TimeoutError:
-            return NodeResult(node.id, "timeout", error=f"timed out after {node.timeout_s:g}s", started=started, ended=time.perf_counter())
+            return NodeResult(node.id, "timeout", error=f"timed out after {node.timeout_s:g}s", started=started,
+                              ended=time.perf_counter())
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            return NodeResult(node.id, "error", error=f"{type(exc).__name__}: {exc}", started=started, ended=time.perf_counter())
+            return NodeResult(node.id, "error", error=f"{type(exc).__name__}: {exc}", started=started,
+                              ended=time.perf_counter())
         finally:
             if gate is not None:
                 gate.release()

@@ -48,7 +48,8 @@ class SubAgentReport:
 
     def summary(self) -> str:
         parts = [f"[{self.agent}] {self.kind}"]
-        for label, value in (("status", self.status), ("request", self.request), ("answer", self.answer), ("evidence", self.evidence)):
+        for label, value in (("status", self.status), ("request", self.request), ("answer", self.answer),
+                             ("evidence", self.evidence)):
             if value:
                 parts.append(f"{label}: {value}")
         return "; ".join(parts)
@@ -101,7 +102,8 @@ class SubAgent:
         """Step until the sub-agent sends a message or runs out of steps."""
         if not self.history:
             self.history.append(msg("user", "Begin."))
-        with self.ctx.tracer.span("subagent", self.name, model=self.harness.model, instruction=self.harness.instruction):
+        with self.ctx.tracer.span("subagent", self.name, model=self.harness.model,
+                                  instruction=self.harness.instruction):
             while self.steps_left > 0:
                 report = await self._step()
                 if report is not None:
@@ -130,7 +132,8 @@ class SubAgent:
             raw = decision.attempts[-1]["output"]
             self.history.append(msg("assistant", raw))
             if act is None:
-                self.history.append(msg("user", f"Invalid action ({decision.error}). Reply with one valid JSON action."))
+                self.history.append(msg("user",
+                                        f"Invalid action ({decision.error}). Reply with one valid JSON action."))
                 return None
             if act.action == "tool":
                 await self._tool(act)
@@ -189,4 +192,5 @@ class SubAgent:
             notes.append(f"you now run on model {revision.model}")
         self.revisions.append(revision)
         self.ctx.tracer.event("revision", {"agent": self.name, **revision.model_dump(mode="json")})
-        self.history.append(msg("user", "Revision from the orchestrator: " + ("; ".join(notes) or "no change") + ". Continue."))
+        self.history.append(msg("user",
+                                "Revision from the orchestrator: " + ("; ".join(notes) or "no change") + ". Continue."))

@@ -88,7 +88,8 @@ async def synthesize(task: str, results: Sequence[str | Evidence], ctx: RunConte
     body = "\n".join(f"[R{i}] {e.text}" for i, e in enumerate(shown, 1))
     with ctx.tracer.span("answer", "synthesis", results=len(shown)) as span:
         out = await ctx.generate(
-            [msg("user", render("synthesize", task=task, results=body or "(no results: answer from your own knowledge)"))],
+            [msg("user",
+                 render("synthesize", task=task, results=body or "(no results: answer from your own knowledge)"))],
             model=ctx.strategy_options.synthesizer or ctx.pool.synthesizer,
             config=ctx.config("synthesis", ctx.strategy_options.max_tokens),
             name="synthesis",

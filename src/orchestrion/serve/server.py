@@ -35,14 +35,29 @@ from .._errors import ConfigError, OrchestrionError
 from ..api import EpisodeResult, load_pool, solve
 from ..models.pool import Pool
 from ..runtime.budget import Budget
-from ..strategies.base import Task, strategies
+from ..runtime.types import Task
+from ..strategies.base import strategies
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ..trace.tracer import new_id
 from ._openai_schema import (
-    MODEL_PREFIX, SSE_DONE, SSE_KEEPALIVE, ApiError, ChatRequest, SpanProgress, chunk_body, completion_body,
-    episode_budget, episode_summary, error_body, finish_reason, parse_request, server_error, sse, strategy_of,
+    MODEL_PREFIX,
+    SSE_DONE,
+    SSE_KEEPALIVE,
+    ApiError,
+    ChatRequest,
+    SpanProgress,
+    chunk_body,
+    completion_body,
+    episode_budget,
+    episode_summary,
+    error_body,
+    finish_reason,
+    parse_request,
+    server_error,
+    sse,
+    strategy_of,
     task_prompt,
 )
 

@@ -3,33 +3,15 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
-
-from pydantic import BaseModel, Field
+from typing import ClassVar
 
 from .._errors import StrategyNotFoundError
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
+from ..runtime.types import Answer, EpisodeStatus, Task
 
-
-class Task(BaseModel):
-    """What a user asks: a prompt, optional reference answer and metadata."""
-
-    prompt: str = Field(min_length=1)
-    id: str | None = None
-    answer: str | None = None
-    choices: list[str] | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-
-@dataclass
-class Answer:
-    """What a strategy returns. ``status`` is ``ok`` or why the answer is partial."""
-
-    text: str
-    status: str = "ok"
-    meta: dict[str, Any] = field(default_factory=dict)
+# Task, Answer and EpisodeStatus live in runtime.types; re-exported here for existing imports
+__all__ = ["Answer", "EpisodeStatus", "Strategy", "Task", "get_strategy", "register", "strategies"]
 
 
 class Strategy(ABC):

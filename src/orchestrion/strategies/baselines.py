@@ -1,7 +1,8 @@
 """Baselines: single-model strategies to compare orchestration against.
 
 - ``direct``: one call, no tools.
-- ``cot``: one chain-of-thought call; the answer is read off its last answer line.
+- ``cot``: one chain-of-thought call; the answer is its marked final answer, else its
+  last line (:func:`~orchestrion._text.extract_answer`, as the scorers read it).
 - ``vote``: ``k`` chain-of-thought samples in parallel, majority after normalisation.
 - ``self-refine``: draft, then critique and refine until the critic is satisfied
   or ``max_iters`` rounds have run (Madaan et al., 2023).
@@ -22,44 +23,18 @@ from pydantic import Field
 
 from .._errors import BudgetExceededError
 from .._prompts import render
+from .._text import extract_answer, normalize
 from ..models._types import GenerateConfig, msg
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
 from ..runtime.synthesis import synthesize
-from ..tools.agents import last_line, majority, normalise
-from .base import Answer, Strategy, Task, register
+from ..tools.agents import majority
+from .base import Answer, EpisodeStatus, Strategy, Task, register
 
-_LABEL = re.compile(r"\banswer(?:\s*[:=]|\s+is\b\s*:?)", re.IGNORECASE)
 _VERDICT = re.compile(r"verdict", re.IGNORECASE)
 _APPROVE = {"ok", "okay", "correct", "fine", "good", "accept", "accepted"}
 _REJECT = {"revise", "incorrect", "wrong", "not", "no", "reject", "rejected", "improve"}
-
-
-def extract_answer(text: str) -> str:
-    """The answer in a chain-of-thought output.
-
-    The text after the last answer label (``Answer:``, ``Final answer:``,
-    ``**Answer:**``, ``So the answer is``) on the last line that has one with text
-    after it; when no line does, the last non-empty line. Markdown emphasis, quotes
-    and a trailing full stop are trimmed.
-    """
-    for line in reversed(text.splitlines()):
-        labels = list(_LABEL.finditer(line))
-        if labels:
-            rest = _clean(line[labels[-1].end():])
-            if rest:
-                return rest
-    return _clean(last_line(text))
-
-
-def _clean(text: str) -> str:
-    """Trim spaces, markdown emphasis, quotes and a trailing full stop, until nothing changes."""
-    while True:
-        trimmed = text.strip().strip("*_`\"'").rstrip(".")
-        if trimmed == text:
-            return text
-        text = trimmed
 
 
 def critique_satisfied(text: str) -> bool:
@@ -138,7 +113,7 @@ class ChainOfThought(Strategy):
 class Vote(Strategy):
     """Majority vote over ``k`` concurrent chain-of-thought samples.
 
-    Answers are compared after :func:`~orchestrion.tools.agents.normalise`; a tie
+    Answers are compared after :func:`~orchestrion._text.normalize`; a tie
     goes to the tied answer that was sampled first (sample index order, not
     completion order), and the text returned is that sample's own spelling.
     """
@@ -158,12 +133,13 @@ class Vote(Strategy):
         prompt = [msg("user", render("cot", task=task.prompt))]
         outs = await ctx.parallel(
             ctx.generate(prompt, model=model, name=f"sample {i}",
-                         config=_config(ctx, opts, temperature=opts.temperature, seed=None if seed is None else seed + i))
+                         config=_config(ctx, opts, temperature=opts.temperature,
+                                        seed=None if seed is None else seed + i))
             for i in range(k)
         )
-        answers = [extract_answer(o.text) for o in outs]
+        answers = [extract_answer(o.text) or "" for o in outs]
         winner, votes = majority(answers)
-        distribution = dict(Counter(normalise(a) for a in answers).most_common())
+        distribution = dict(Counter(normalize(a) for a in answers).most_common())
         return Answer(winner, meta={"model": model, "k": k, "votes": votes, "answers": answers,
                                     "distribution": distribution})
 
@@ -192,7 +168,7 @@ class SelfRefine(Strategy):
         draft = (await ctx.generate([msg("user", render("cot", task=task.prompt))], model=model,
                                     config=cfg, name="draft")).text.strip()
         critiques: list[str] = []
-        refinements, stopped, status = 0, "max_iters", "ok"
+        refinements, stopped, status = 0, "max_iters", EpisodeStatus.OK
         try:
             for i in range(1, max_iters + 1):
                 critique = (await ctx.generate([msg("user", render("refine_critique", task=task.prompt, draft=draft))],
@@ -206,7 +182,7 @@ class SelfRefine(Strategy):
                                             name=f"refine {i}")).text.strip()
                 refinements += 1
         except BudgetExceededError as exc:
-            stopped, status = f"budget: {exc}", "budget_exceeded"
+            stopped, status = f"budget: {exc}", EpisodeStatus.BUDGET_EXCEEDED
         meta = {"model": model, "refinements": refinements, "stopped": stopped, "critiques": critiques,
                 "final_draft": draft}
         return Answer(extract_answer(draft) or draft, status=status, meta=meta)
@@ -226,7 +202,8 @@ class ReAct(Strategy):
     summary = "one ReAct agent holding every tool, with a step budget (max_steps=10)"
 
     class Options(StrategyOptions):
-        model: str | None = Field(default=None, description="pool model the agent runs on (default: the pool's orchestrator)")
+        model: str | None = Field(default=None,
+                                  description="pool model the agent runs on (default: the pool's orchestrator)")
         max_steps: int = Field(default=10, description="step budget of the agent")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
@@ -238,14 +215,16 @@ class ReAct(Strategy):
         ctx.budget.new_subagent()
         agent = SubAgent(ctx, harness, name="react")
         report = await agent.run()
-        tool_results = [m["content"] for m in agent.history if m["role"] == "user" and m["content"].startswith("Result of ")]
+        tool_results = [
+            m["content"] for m in agent.history if m["role"] == "user" and m["content"].startswith("Result of ")
+        ]
         meta: dict[str, Any] = {"model": model, "ended": report.kind, "steps": agent.steps_used,
                                 "tool_calls": len(tool_results), "synthesized": False}
         if report.kind == "finish" and report.answer.strip():
             return Answer(report.answer.strip(), meta=meta)
         text = await synthesize(task.prompt, _findings(tool_results, report), ctx)
         meta["synthesized"] = True
-        return Answer(text, status="ok" if text else "no_answer", meta=meta)
+        return Answer(text, status=EpisodeStatus.OK if text else EpisodeStatus.NO_ANSWER, meta=meta)
 
 
 def _findings(tool_results: list[str], report: SubAgentReport) -> list[str]:

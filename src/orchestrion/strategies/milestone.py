@@ -30,13 +30,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .._prompts import render
+from .._text import normalize
 from ..models._types import Message, msg
 from ..runtime.context import RunContext
 from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.plan_repair import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan
 from ..runtime.protocol import narrow
 from ..runtime.synthesis import synthesize
-from ..tools.agents import normalise
 from .base import Answer, Strategy, Task, register
 
 
@@ -50,7 +50,7 @@ class MilestoneStep(BaseModel):
     milestone: str = Field(default="", max_length=300)
 
     @model_validator(mode="after")
-    def _named(self) -> "MilestoneStep":
+    def _named(self) -> MilestoneStep:
         if not self.done and not self.milestone.strip():
             raise ValueError("milestone is empty: name the next milestone, or set done to true")
         return self
@@ -68,8 +68,10 @@ def _progress(records: list[dict[str, Any]], lines: list[str], keep: int = 10) -
     """What has been done so far, short enough for a small model's context."""
     if not records:
         return "Nothing has been done yet."
-    done = "\n".join(f"Milestone {r['index']}: {r['milestone']} ({len(r['executed_ok'])}/{len(r['planned'])} subtasks ok)"
-                     for r in records)
+    done = "\n".join(
+        f"Milestone {r['index']}: {r['milestone']} ({len(r['executed_ok'])}/{len(r['planned'])} subtasks ok)"
+        for r in records
+    )
     shown = lines[-keep:]
     return f"{done}\nResults:\n" + "\n".join(shown)
 
@@ -134,7 +136,7 @@ class Milestone(Strategy):
                     break
                 else:
                     objective = step.action.milestone.strip() or task.prompt
-                key = normalise(objective)
+                key = normalize(objective)
                 if key in seen:
                     stop_reason = "repeated_milestone"
                     break
@@ -164,10 +166,13 @@ class Milestone(Strategy):
                                  max_subtasks=max_subtasks, repairs=opts.plan_repairs,
                                  max_tokens=opts.plan_max_tokens)
         context = "\n".join(lines[-8:])
-        context = f"Overall task: {task.prompt}\nEarlier results:\n{context}" if context else f"Overall task: {task.prompt}"
+        context = (
+            f"Overall task: {task.prompt}\nEarlier results:\n{context}" if context else f"Overall task: {task.prompt}"
+        )
         results = await execute_plan(ctx, outcome.subtasks, context=context,
                                      node_timeout_s=opts.node_timeout_s or None)
         lines.extend(f"M{index} {line}" for line in results_text(outcome.subtasks, results, limit=300))
-        record = _record(index, objective, outcome.subtasks, results, outcome.attempts, outcome.errors, outcome.fallback)
+        record = _record(index, objective, outcome.subtasks, results, outcome.attempts, outcome.errors,
+                         outcome.fallback)
         record["invalid_outputs"] = outcome.invalid_outputs
         return record

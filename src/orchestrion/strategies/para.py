@@ -18,8 +18,8 @@ from ..models._types import msg
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.protocol import Call, ParaAction, narrow
-from ..tools.envelope import ToolResult
 from ..runtime.synthesis import Evidence, synthesize
+from ..tools.envelope import ToolResult
 from .base import Answer, Strategy, Task, register
 
 
@@ -42,7 +42,8 @@ class Para(Strategy):
             tools="\n".join(f"- {t.signature()}" for t in ctx.tools.tools()),
             models="\n".join(_model_line(row) for row in ctx.pool.describe()),
         ))
-        schema = narrow(ParaAction.model_json_schema(), {"tool": ctx.tools.names, "model": ctx.pool.names}, drop=("args",))
+        schema = narrow(ParaAction.model_json_schema(), {"tool": ctx.tools.names, "model": ctx.pool.names},
+                        drop=("args",))
         schema["properties"]["calls"]["maxItems"] = max_calls
         history: list[str] = []
         results: list[tuple[Call, ToolResult]] = []
@@ -50,8 +51,10 @@ class Para(Strategy):
         for rnd in range(1, max_rounds + 1):
             ctx.budget.new_round()
             with ctx.tracer.span("round", f"round {rnd}"):
-                prompt = render("para_round", task=task.prompt, history=_recent(history), round=rnd, max_rounds=max_rounds)
-                decision = await ctx.decide(ParaAction, [system, msg("user", prompt)], json_schema=schema, name=f"round {rnd}")
+                prompt = render("para_round", task=task.prompt, history=_recent(history), round=rnd,
+                                max_rounds=max_rounds)
+                decision = await ctx.decide(ParaAction, [system, msg("user", prompt)], json_schema=schema,
+                                            name=f"round {rnd}")
                 if decision.action is None:
                     invalid += 1
                     history.append(f"Round {rnd}: your reply was not a valid action ({decision.error}).")

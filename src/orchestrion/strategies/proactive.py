@@ -1,7 +1,7 @@
 """POrchestra: proactive orchestration, where sub-agents ask for harness changes while they work.
 
 Protocol. The orchestrator makes one decision at a time
-(:class:`~orchestrion.runtime.proactive_protocol.ProactiveAction`):
+(:class:`~orchestrion.strategies._proactive_protocol.ProactiveAction`):
 
 - ``delegate_task`` starts a sub-agent with a harness: instruction, context, tools, model
   and step budget (at most ``subagent_steps``; at most ``max_subagents`` sub-agents).
@@ -44,15 +44,15 @@ from .._prompts import render
 from ..models._types import msg
 from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
 from ..runtime.options import StrategyOptions
-from ..runtime.proactive_protocol import (
+from ..runtime.protocol import Revision
+from ..runtime.subagent import Harness, SubAgent, SubAgentReport
+from ..runtime.synthesis import synthesize
+from ._proactive_protocol import (
     PausingSubAgent,
     ProactiveAction,
     decision_schema,
 )
-from ..runtime.protocol import Revision
-from ..runtime.subagent import Harness, SubAgent, SubAgentReport
-from ..runtime.synthesis import synthesize
-from .base import Answer, Strategy, Task, register
+from .base import Answer, EpisodeStatus, Strategy, Task, register
 
 _BUSY = ("running", "waiting")
 _REVISABLE = ("waiting", "done", "stopped", "exhausted")
@@ -68,7 +68,8 @@ class ProactiveOptions(StrategyOptions):
     max_active: int = Field(default=1, description="sub-agents running at once (paper: 1; at least 1)")
     max_decisions: int = Field(default=30, description="most orchestrator decisions")
     max_invalid: int = Field(default=2, description="invalid decisions in a row before the fallback (at least 1)")
-    stall_steps: int = Field(default=3, description="same action this many times in a row pauses a sub-agent as stuck (0 = off)")
+    stall_steps: int = Field(default=3,
+                             description="same action this many times in a row pauses a sub-agent as stuck (0 = off)")
     max_fruitless: int = Field(default=3, description="sub-agent runs in a row without a result that stop the loop")
     worker_model: str | None = Field(default=None, description="default sub-agent model (default: the pool's executor)")
     decision_tokens: int = Field(default=320, description="output-token limit of each orchestrator decision")
@@ -147,7 +148,7 @@ class _Episode:
             "synthesized": not self.answer, "max_active": self.max_active,
             "agents": {n: w.state for n, w in self.workers.items()},
         }
-        return Answer(text, status="ok" if text else "no_answer", meta=meta)
+        return Answer(text, status=EpisodeStatus.OK if text else EpisodeStatus.NO_ANSWER, meta=meta)
 
     def _running(self) -> set[asyncio.Task[SubAgentReport]]:
         return {w.task for w in self.workers.values() if w.task is not None}
@@ -179,7 +180,9 @@ class _Episode:
         return sum(1 for w in self.workers.values() if w is not exclude and w.state in _BUSY)
 
     def _room(self, exclude: _Worker | None = None, freed: _Worker | None = None) -> int:
-        held = sum(w.agent.steps_used if w is freed else w.committed() for w in self.workers.values() if w is not exclude)
+        held = sum(
+            w.agent.steps_used if w is freed else w.committed() for w in self.workers.values() if w is not exclude
+        )
         return self.max_steps - held
 
     def _can_delegate(self) -> bool:
@@ -254,7 +257,8 @@ class _Episode:
         self.limits.append(name)
         self.log.append(f"limit reached: {detail}")
         self.ctx.tracer.event("limit", {"limit": name, "detail": detail, "decision": self.decisions})
-        if name in ("max_decisions", "invalid_decisions", "max_fruitless") or not (self._busy() or self._can_delegate()):
+        if (name in ("max_decisions", "invalid_decisions", "max_fruitless")
+                or not (self._busy() or self._can_delegate())):
             self.stop_reason = name
 
     # -- delegation and revision ---------------------------------------------------------

@@ -13,7 +13,7 @@ Choice (pure, in :func:`choose_model`):
 
 1. keep history rows whose model is in the pool, group them by task prompt;
 2. rank the distinct past prompts by TF-IDF cosine similarity to the new prompt
-   (:class:`TfIdf`; numbers count as one token ``<num>``, so tasks of one kind
+   (:func:`~orchestrion.tools._ranking.nearest`; numbers count as one token ``<num>``, so tasks of one kind
    match whatever their numbers) and keep the ``k`` nearest with similarity > 0;
 3. score each model by the mean, over those neighbours, of its mean score on each;
    models never run on a neighbour are not candidates;
@@ -31,8 +31,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,9 +42,9 @@ from ..models._types import GenerateConfig, msg
 from ..models.pool import ModelSpec
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
+from ..tools._ranking import nearest
 from .base import Answer, Strategy, Task, register
 
-_TOKEN = re.compile(r"[a-z]+|\d+(?:\.\d+)?|[+\-*/^=%<>]")
 _TIE = 1e-9
 
 
@@ -67,49 +65,6 @@ class Choice:
     reason: str  # "knn", "no_similar_task" or "no_history"
     scores: dict[str, float] = field(default_factory=dict)
     neighbours: list[tuple[str, float]] = field(default_factory=list)
-
-
-def tokenize(text: str) -> list[str]:
-    """Lower-case words, arithmetic symbols, and ``<num>`` for every number."""
-    return ["<num>" if tok[0].isdigit() else tok for tok in _TOKEN.findall(text.lower())]
-
-
-class TfIdf:
-    """TF-IDF vectors (sublinear tf, smoothed idf, L2-normalised) over a list of documents."""
-
-    def __init__(self, docs: Sequence[str]) -> None:
-        counts = [Counter(tokenize(d)) for d in docs]
-        n = len(docs)
-        df: Counter[str] = Counter()
-        for c in counts:
-            df.update(c.keys())
-        self._n = n
-        self.idf = {t: math.log((1 + n) / (1 + f)) + 1.0 for t, f in df.items()}
-        self.vectors = [self._vector(c) for c in counts]
-
-    def _vector(self, counts: Mapping[str, int]) -> dict[str, float]:
-        unseen = math.log(1 + self._n) + 1.0  # idf of a term no document has
-        vec = {t: (1.0 + math.log(c)) * self.idf.get(t, unseen) for t, c in counts.items()}
-        norm = math.sqrt(sum(w * w for w in vec.values()))
-        return {t: w / norm for t, w in vec.items()} if norm else {}
-
-    def similarities(self, query: str) -> list[float]:
-        """Cosine similarity of ``query`` to each document, in document order."""
-        q = self._vector(Counter(tokenize(query)))
-        return [sum(w * doc.get(t, 0.0) for t, w in q.items()) for doc in self.vectors]
-
-
-def nearest(query: str, docs: Sequence[str], k: int) -> list[tuple[int, float]]:
-    """Indices and similarities of the ``k`` documents most similar to ``query``.
-
-    Only documents with similarity > 0 are returned; equal similarities keep
-    document order.
-    """
-    if not docs or k <= 0:
-        return []
-    sims = TfIdf(docs).similarities(query)
-    ranked = sorted((i for i, s in enumerate(sims) if s > _TIE), key=lambda i: (-sims[i], i))
-    return [(i, sims[i]) for i in ranked[:k]]
 
 
 def cheapest_first(specs: Iterable[ModelSpec]) -> list[str]:
@@ -212,8 +167,10 @@ class Router(Strategy):
         out = await ctx.generate(
             [msg("user", render("direct", task=task.prompt))],
             model=choice.model,
-            config=GenerateConfig(max_tokens=opts.max_tokens,
-                                  temperature=ctx.temperature("agent") if opts.temperature is None else opts.temperature),
+            config=GenerateConfig(
+                max_tokens=opts.max_tokens,
+                temperature=ctx.temperature("agent") if opts.temperature is None else opts.temperature,
+            ),
             name="answer",
         )
         return Answer(out.text.strip(), meta=route)

@@ -38,7 +38,7 @@ from ..runtime.protocol import narrow
 from ..runtime.scheduler import topological_order
 from ..runtime.synthesis import synthesize
 from ..tools.registry import ToolRegistry
-from .base import Answer, Strategy, Task, register
+from .base import Answer, EpisodeStatus, Strategy, Task, register
 from .uno import DecisionOptions, decide_with_options, tool_available
 
 LEVELS: tuple[str, ...] = ("low", "medium", "high")
@@ -101,7 +101,7 @@ class CheckedSpec(OrchestrationSpec):
     allowed_primitives: ClassVar[tuple[str, ...]] = PRIMITIVES
 
     @model_validator(mode="after")
-    def _graph(self) -> "CheckedSpec":
+    def _graph(self) -> CheckedSpec:
         problem = spec_error(self, LEVELS, type(self).allowed_primitives)
         if problem:
             raise ValueError(problem)
@@ -177,7 +177,11 @@ def _capacity_lines(pool: Pool) -> str:
     lines = []
     for level in LEVELS:
         spec = pool.spec(map_capacity(level, tiers))
-        price = "price unknown" if spec.price is None else f"${spec.price.input_per_mtok:g}/${spec.price.output_per_mtok:g} per Mtok"
+        price = (
+            "price unknown"
+            if spec.price is None
+            else f"${spec.price.input_per_mtok:g}/${spec.price.output_per_mtok:g} per Mtok"
+        )
         lines.append(f"- {level}: {spec.name} (tier {spec.tier}, {price})")
     return "\n".join(lines)
 
@@ -198,7 +202,8 @@ class Spec(Strategy):
         max_roles = min(MAX_ROLES, max(1, opts.max_roles))
         prims = available_primitives(ctx.tools)
         if not prims:
-            return Answer("", status="invalid_spec", meta={"error": "no agent tool is registered to play a role"})
+            return Answer("", status=EpisodeStatus.INVALID_SPEC,
+                          meta={"error": "no agent tool is registered to play a role"})
         system = msg("system", render("spec_system", capacities=_capacity_lines(ctx.pool), max_roles=max_roles,
                                       primitives=", ".join(prims), levels=", ".join(LEVELS)))
         decision = await decide_with_options(ctx, opts, checked_spec(prims),
@@ -209,12 +214,13 @@ class Spec(Strategy):
             ctx.tracer.event("spec_invalid", {"error": decision.error, "attempts": len(decision.attempts)})
             if opts.on_invalid != "single_role":
                 meta["error"] = decision.error
-                return Answer("", status="invalid_spec", meta=meta)
+                return Answer("", status=EpisodeStatus.INVALID_SPEC, meta=meta)
             spec, meta["fallback"], meta["error"] = single_role_spec(prims[0]), True, decision.error
         else:
             spec = OrchestrationSpec.model_validate(decision.action.model_dump())  # plain, editable copy
         plan = compile_spec(spec, ctx.pool)
-        meta.update(spec=spec.model_dump(mode="json"), compiled=[s.model_dump(mode="json") for s in plan], sinks=sinks(spec))
+        meta.update(spec=spec.model_dump(mode="json"), compiled=[s.model_dump(mode="json") for s in plan],
+                    sinks=sinks(spec))
         ctx.tracer.event("spec", {"spec": meta["spec"], "compiled": meta["compiled"]})
         results = await execute_plan(ctx, plan, context=f"Overall task: {task.prompt}")
         meta["roles"] = {s.id: results[s.id].status for s in plan}

@@ -38,13 +38,13 @@ from pydantic import Field
 
 from .._errors import PlanError
 from .._prompts import render
-from ..models._types import GenerateConfig, msg
+from .._text import last_line, normalize
+from ..models._types import msg
 from ..runtime.context import RunContext
 from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.plan_repair import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan
 from ..runtime.scheduler import NodeResult
 from ..runtime.synthesis import synthesize
-from ..tools.agents import last_line, normalise
 from ..tools.envelope import ToolResult
 from .base import Answer, Strategy, Task, register
 
@@ -81,7 +81,8 @@ def _graph(dag: Iterable[Subtask] | Mapping[str, Iterable[str]]) -> dict[str, li
     return {s.id: list(s.deps) for s in dag}
 
 
-def dag_features(dag: Iterable[Subtask] | Mapping[str, Iterable[str]], counter: WorkCounter | None = None) -> DagFeatures:
+def dag_features(dag: Iterable[Subtask] | Mapping[str, Iterable[str]],
+                 counter: WorkCounter | None = None) -> DagFeatures:
     """Width, depth, coupling and degrees by one Kahn pass; PlanError on a cycle or unknown dep."""
     work = counter or WorkCounter()
     deps = _graph(dag)
@@ -153,8 +154,8 @@ def route(dag: Iterable[Subtask] | Mapping[str, Iterable[str]], counter: WorkCou
 
 
 def final_answer(text: str) -> str:
-    """The normalised last line of an output, without a closing full stop: what answers are compared on."""
-    return normalise(last_line(text)).rstrip(".").strip()
+    """The normalised last line of an output: what answers are compared on."""
+    return normalize(last_line(text) or "")
 
 
 def consistency(outputs: Sequence[str]) -> float:
@@ -192,7 +193,10 @@ def _arrange(subtasks: list[Subtask], topology: Topology, order: list[str]) -> l
 @register
 class TopologyStrategy(Strategy):
     name = "topology"
-    summary = "AdaptOrch: decompose into a DAG, route it to parallel/sequential/hierarchical/hybrid, consistency-checked synthesis"
+    summary = (
+        "AdaptOrch: decompose into a DAG, route it to parallel/sequential/hierarchical/hybrid, "
+        "consistency-checked synthesis"
+    )
     paper = "AdaptOrch (porchestra-adaptorch-uno-lemon-abstracts.txt)"
 
     class Options(PlanOptions):
@@ -206,9 +210,13 @@ class TopologyStrategy(Strategy):
         opts = ctx.options_as(self.Options)
         max_subtasks = min(opts.max_subtasks, MAX_SUBTASKS)
         forced = opts.topology  # a fixed topology: the static baselines AdaptOrch compares with
-        prompt = render("topology_decompose", task=task.prompt, max_subtasks=max_subtasks,
-                        tools="\n".join(f"- {t.signature()}" for t in ctx.tools.tools()),
-                        models="\n".join(f"- {r['name']} (tier {r['tier']}): {r['description']}" for r in ctx.pool.describe()))
+        prompt = render(
+            "topology_decompose",
+            task=task.prompt,
+            max_subtasks=max_subtasks,
+            tools="\n".join(f"- {t.signature()}" for t in ctx.tools.tools()),
+            models="\n".join(f"- {r['name']} (tier {r['tier']}): {r['description']}" for r in ctx.pool.describe()),
+        )
         outcome = await ask_plan(ctx, [msg("user", prompt)], fallback=fallback_plan(task.prompt),
                                  fix_template="topology_fix", name="decompose", max_subtasks=max_subtasks,
                                  repairs=opts.plan_repairs, max_tokens=opts.plan_max_tokens)
@@ -236,7 +244,7 @@ class TopologyStrategy(Strategy):
         return Answer(text, meta=meta)
 
     @staticmethod
-    async def _synthesize(ctx: RunContext, opts: "TopologyStrategy.Options", task: Task, lines: list[str],
+    async def _synthesize(ctx: RunContext, opts: TopologyStrategy.Options, task: Task, lines: list[str],
                           outputs: list[str]) -> tuple[str, dict[str, Any]]:
         """Adaptive synthesis: one call if the parallel outputs agree, else a capped reconcile loop."""
         threshold = opts.consistency_threshold

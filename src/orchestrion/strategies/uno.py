@@ -43,7 +43,7 @@ from ..runtime.scheduler import topological_order
 from ..runtime.synthesis import synthesize
 from ..tools.agents import _PromptAgent
 from ..tools.registry import ToolRegistry
-from .base import Answer, Strategy, Task, register
+from .base import Answer, EpisodeStatus, Strategy, Task, register
 
 # primitive -> the agent tool that runs it, and the other tools it needs
 PRIMITIVE_TOOLS: dict[str, str] = {
@@ -52,13 +52,16 @@ PRIMITIVE_TOOLS: dict[str, str] = {
 NEEDS: dict[str, tuple[str, ...]] = {"code": ("python",), "retrieval": ("retrieve",)}
 # (model calls, prompt tokens besides the task, output tokens per call): from the agent tools' templates and limits
 SHAPE: dict[str, tuple[int, int, int]] = {
-    "direct": (1, 40, 128), "cot": (1, 40, 256), "code": (1, 50, 384), "retrieval": (1, 250, 256), "ensemble": (3, 40, 256),
+    "direct": (1, 40, 128), "cot": (1, 40, 256), "code": (1, 50, 384), "retrieval": (1, 250, 256),
+    "ensemble": (3, 40, 256),
 }
 # accuracy priors (not measured): tier 1 -> 0.35 ... tier 5 -> 0.83, plus a small bonus per primitive
 PRIMITIVE_BONUS: dict[str, float] = {"direct": 0.0, "cot": 0.05, "code": 0.04, "retrieval": 0.03, "ensemble": 0.07}
 PRIMITIVE_HELP: dict[str, str] = {
-    "direct": "a plain answer in one call", "cot": "step-by-step reasoning", "code": "write and run a Python program (exact arithmetic, counting, sorting)",
-    "retrieval": "search the local documents, then answer", "ensemble": "three samples and a majority vote (3x the calls)",
+    "direct": "a plain answer in one call", "cot": "step-by-step reasoning",
+    "code": "write and run a Python program (exact arithmetic, counting, sorting)",
+    "retrieval": "search the local documents, then answer",
+    "ensemble": "three samples and a majority vote (3x the calls)",
 }
 DEFAULT_COST_WEIGHT = 10.0  # λ: accuracy points given up per dollar
 MAX_SUBTASKS = 6
@@ -147,7 +150,8 @@ def admissible_pairs(
             cost = estimate_cost(pool, model, prim, n)
             reason = inadmissible_reason(pool, tools, model, prim, cost, cap)
             if reason is None:
-                pairs.append(Pair(model, prim, pool.spec(model).tier, prior_accuracy(pool.spec(model).tier, prim), cost))
+                pairs.append(Pair(model, prim, pool.spec(model).tier, prior_accuracy(pool.spec(model).tier, prim),
+                                  cost))
             else:
                 excluded[f"{model}/{prim}"] = reason
     return pairs, excluded
@@ -194,8 +198,20 @@ class UnoAction(BaseModel):
     primitive: str = Field(max_length=12, description="how it answers, in direct mode")
     subtasks: list[UnoStep] = Field(default_factory=list, max_length=MAX_SUBTASKS)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_subtask_is_direct(cls, data: Any) -> Any:
+        """A "decomposition" into one subtask is the direct mode on that subtask's pair."""
+        if isinstance(data, dict) and data.get("mode") == "decompose":
+            steps = data.get("subtasks")
+            if isinstance(steps, list) and len(steps) == 1 and isinstance(steps[0], dict):
+                only = steps[0]
+                return {**data, "mode": "direct", "model": only.get("model", data.get("model")),
+                        "primitive": only.get("primitive", data.get("primitive")), "subtasks": []}
+        return data
+
     @model_validator(mode="after")
-    def _check(self) -> "UnoAction":
+    def _check(self) -> UnoAction:
         problem = action_problem(self)
         if problem:
             raise ValueError(problem)
@@ -234,7 +250,10 @@ def action_problem(action: UnoAction) -> str | None:
     if cap is not None:
         total = sum(allowed[(s.model, s.primitive)] or 0.0 for s in steps)  # under a cap every cost is known
         if total > cap:
-            return f"the subtasks' estimated ${total:.6f} is over the cost cap ${cap:g}; use cheaper pairs or fewer subtasks"
+            return (
+                f"the subtasks' estimated ${total:.6f} is over the cost cap ${cap:g};"
+                " use cheaper pairs or fewer subtasks"
+            )
     return None
 
 
@@ -292,7 +311,8 @@ class Uno(Strategy):
         cost_weight: float = Field(default=DEFAULT_COST_WEIGHT, description="λ: accuracy points given up per dollar")
         max_cost_usd: float | None = Field(
             default=None, description="cost cap: only pairs whose estimated cost is known and fits it (default: none)")
-        max_subtasks: int = Field(default=MAX_SUBTASKS, description=f"most subtasks of a decomposition (2 to {MAX_SUBTASKS})")
+        max_subtasks: int = Field(default=MAX_SUBTASKS,
+                                  description=f"most subtasks of a decomposition (2 to {MAX_SUBTASKS})")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
@@ -301,15 +321,21 @@ class Uno(Strategy):
         xctx = ctx.with_tools(ToolRegistry([*ctx.tools.tools(), DirectPrimitive()]))
         pairs, excluded = admissible_pairs(ctx.pool, xctx.tools, task.prompt, cap)
         if not pairs:
-            return Answer("", status="no_admissible_pair", meta={"excluded": excluded})
-        system = msg("system", render(
-            "uno_system",
-            models="\n".join(f"- {n} (tier {ctx.pool.spec(n).tier}, {_price(ctx.pool, n)}): {ctx.pool.spec(n).description}"
-                             for n in dict.fromkeys(p.model for p in pairs)),
-            primitives="\n".join(f"- {p}: {PRIMITIVE_HELP[p]}" for p in dict.fromkeys(p.primitive for p in pairs)),
-            excluded="".join(f"\nNot allowed: {k} ({v})" for k, v in list(excluded.items())[:6]),
-            lam=lam, most=most,
-        ))
+            return Answer("", status=EpisodeStatus.NO_ADMISSIBLE_PAIR, meta={"excluded": excluded})
+        system = msg(
+            "system",
+            render(
+                "uno_system",
+                models="\n".join(
+                    f"- {n} (tier {ctx.pool.spec(n).tier}, {_price(ctx.pool, n)}): {ctx.pool.spec(n).description}"
+                    for n in dict.fromkeys(p.model for p in pairs)
+                ),
+                primitives="\n".join(f"- {p}: {PRIMITIVE_HELP[p]}" for p in dict.fromkeys(p.primitive for p in pairs)),
+                excluded="".join(f"\nNot allowed: {k} ({v})" for k, v in list(excluded.items())[:6]),
+                lam=lam,
+                most=most,
+            ),
+        )
         decision = await decide_with_options(ctx, opts, bound_action(pairs, cap, most),
                                              [system, msg("user", render("uno_task", task=task.prompt))],
                                              decision_schema(pairs, most), "uno mode")
@@ -339,7 +365,8 @@ class Uno(Strategy):
 
     @staticmethod
     async def _decompose(task: Task, ctx: RunContext, steps: list[UnoStep], meta: dict[str, Any]) -> Answer:
-        plan = [Subtask(id=s.id, task=s.task, tool=PRIMITIVE_TOOLS[s.primitive], model=s.model, deps=s.deps) for s in steps]
+        plan = [Subtask(id=s.id, task=s.task, tool=PRIMITIVE_TOOLS[s.primitive], model=s.model,
+                        deps=s.deps) for s in steps]
         chosen = [{"id": s.id, "model": s.model, "primitive": s.primitive, "deps": s.deps} for s in steps]
         ctx.tracer.event("uno_choice", {"mode": "decompose", "pairs": chosen})
         results = await execute_plan(ctx, plan, context=f"Overall task: {task.prompt}")

@@ -7,21 +7,19 @@ the run context, so its model calls are traced and costed under the tool's span.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, Field
 
 from .._prompts import render
+from .._text import PYTHON_FENCES, code_blocks, last_line, normalize
 from ..models._types import GenerateConfig, msg
 from .envelope import ToolResult, ToolStatus
 from .registry import Tool
 
 if TYPE_CHECKING:
-    from ..runtime.context import RunContext
-
-_CODE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
+    from .context import ToolContext
 
 
 class AgentArgs(BaseModel):
@@ -33,16 +31,10 @@ def _context(args: AgentArgs) -> str:
     return f"Context: {args.context}\n\n" if args.context else ""
 
 
-def _need(ctx: "RunContext | None", name: str) -> "RunContext":
+def _need(ctx: ToolContext | None, name: str) -> ToolContext:
     if ctx is None:
         raise RuntimeError(f"agent tool '{name}' needs a run context (a pool to run its model on)")
     return ctx
-
-
-def last_line(text: str) -> str:
-    """The last non-empty line of ``text``: where the prompts ask for the answer."""
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
 
 
 class _PromptAgent(Tool):
@@ -53,7 +45,7 @@ class _PromptAgent(Tool):
     template: ClassVar[str]
     max_tokens: ClassVar[int] = 256
 
-    async def run(self, args: Any, ctx: "RunContext | None", model: str | None) -> ToolResult | str:
+    async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult | str:
         ctx = _need(ctx, self.name)
         prompt = render(self.template, task=args.task, context=_context(args))
         out = await ctx.generate([msg("user", prompt)], model=model or ctx.pool.executor,
@@ -80,12 +72,12 @@ class CoderAgent(Tool):
     Args = AgentArgs
     cost_units = 2.0
 
-    async def run(self, args: Any, ctx: "RunContext | None", model: str | None) -> ToolResult | str:
+    async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult | str:
         ctx = _need(ctx, self.name)
         prompt = render("agent_coder", task=args.task, context=_context(args))
         out = await ctx.generate([msg("user", prompt)], model=model or ctx.pool.executor,
                                  config=ctx.config("agent", 384), name=self.name)
-        found = _CODE.findall(out.text)
+        found = [code for lang, code in code_blocks(out.text) if lang in PYTHON_FENCES]
         code = found[0] if found else out.text
         result = await ctx.call_tool("python", {"code": code, "timeout_s": 10})
         result.data["code"] = code
@@ -98,7 +90,7 @@ class SearcherAgent(Tool):
     description = "retrieves passages from the local corpus and answers from them"
     Args = AgentArgs
 
-    async def run(self, args: Any, ctx: "RunContext | None", model: str | None) -> ToolResult | str:
+    async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult | str:
         ctx = _need(ctx, self.name)
         hits = await ctx.call_tool("retrieve", {"query": args.task, "k": 3})
         if not hits.ok:
@@ -116,7 +108,7 @@ class EnsembleAgent(Tool):
     Args = AgentArgs
     samples: int = 3
 
-    async def run(self, args: Any, ctx: "RunContext | None", model: str | None) -> ToolResult | str:
+    async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult | str:
         ctx = _need(ctx, self.name)
         prompt = render("agent_reasoner", task=args.task, context=_context(args))
         outs = await asyncio.gather(*(
@@ -124,23 +116,19 @@ class EnsembleAgent(Tool):
                          config=GenerateConfig(max_tokens=256, temperature=0.9), name=f"{self.name}[{i}]")
             for i in range(self.samples)
         ))
-        answers = [last_line(o.text) for o in outs]
+        answers = [last_line(o.text) or "" for o in outs]
         winner, votes = majority(answers)
         return ToolResult(status=ToolStatus.OK, output=winner, data={"answers": answers, "votes": votes})
 
 
-def normalise(answer: str) -> str:
-    return re.sub(r"[^a-z0-9.\-]+", " ", answer.lower()).strip().rstrip(".").strip()
-
-
 def majority(answers: list[str]) -> tuple[str, int]:
-    """The most common answer after normalisation; ties go to the one seen first."""
+    """The most common answer after :func:`~orchestrion._text.normalize`; ties go to the one seen first."""
     if not answers:
         return "", 0
-    counts = Counter(normalise(a) for a in answers)
+    counts = Counter(normalize(a) for a in answers)
     best = max(counts.values())
     for a in answers:
-        if counts[normalise(a)] == best:
+        if counts[normalize(a)] == best:
             return a, best
     return answers[0], best
 

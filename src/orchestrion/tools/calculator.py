@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 from .registry import Tool
 
 if TYPE_CHECKING:
-    from ..runtime.context import RunContext
+    from .context import ToolContext
 
 Number = int | float
 
@@ -188,6 +188,6 @@ class CalculatorTool(Tool):
     Args = CalculatorArgs
     kind = "tool"
 
-    async def run(self, args: Any, ctx: "RunContext | None", model: str | None) -> str:
+    async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> str:
         parsed = args if isinstance(args, CalculatorArgs) else CalculatorArgs.model_validate(args)
         return format_number(evaluate(parsed.expression))

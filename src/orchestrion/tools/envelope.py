@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 
-class ToolStatus(str, Enum):
+class ToolStatus(str, Enum):  # noqa: UP042 - StrEnum changes str() of a member ("ok", not "ToolStatus.OK")
     OK = "ok"
     EXEC_ERROR = "exec_error"
     TIMEOUT = "timeout"

@@ -57,7 +57,7 @@ from .envelope import ToolResult, ToolStatus
 from .registry import Tool
 
 if TYPE_CHECKING:
-    from ..runtime.context import RunContext
+    from .context import ToolContext
 
 Isolation = Literal["auto", "namespaces", "audit-hook"]
 
@@ -425,7 +425,7 @@ class PythonTool(Tool):
         self.isolation: Isolation = isolation
         self.timeout_s = 130.0  # the registry's outer bound; the sandbox enforces args.timeout_s itself
 
-    async def run(self, args: Any, ctx: "RunContext | None", model: str | None) -> ToolResult:
+    async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult:
         parsed = args if isinstance(args, PythonArgs) else PythonArgs.model_validate(args)
         res = await run_sandboxed(
             parsed.code,

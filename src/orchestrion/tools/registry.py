@@ -19,7 +19,7 @@ from .._errors import BudgetExceededError, ToolNotFoundError
 from .envelope import ToolResult, ToolStatus
 
 if TYPE_CHECKING:
-    from ..runtime.context import RunContext
+    from .context import ToolContext
 
 
 class Tool(ABC):
@@ -37,7 +37,7 @@ class Tool(ABC):
     timeout_s: float = 60.0
 
     @abstractmethod
-    async def run(self, args: Any, ctx: "RunContext | None", model: str | None) -> ToolResult | str:
+    async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult | str:
         """Do the work. Return a string (status OK) or a full :class:`ToolResult`."""
 
     def schema(self) -> dict[str, Any]:
@@ -86,14 +86,14 @@ class ToolRegistry:
     def tools(self) -> list[Tool]:
         return [self._tools[n] for n in self.names]
 
-    def subset(self, names: Iterable[str]) -> "ToolRegistry":
+    def subset(self, names: Iterable[str]) -> ToolRegistry:
         return ToolRegistry(self._tools[n] for n in names if n in self._tools)
 
     async def call(
         self,
         name: str,
         args: dict[str, Any] | None,
-        ctx: "RunContext | None" = None,
+        ctx: ToolContext | None = None,
         *,
         model: str | None = None,
         timeout_s: float | None = None,

@@ -5,16 +5,12 @@ its id the path relative to the folder) or a JSONL file whose lines carry
 ``id`` and ``text`` (an optional ``title`` is prepended to the text). Problems
 with the corpus are :class:`~orchestrion._errors.ConfigError` with a one-line
 message that names the file (and line). Ranking is plain BM25 (k1=1.5,
-b=0.75) with a lowercase word tokenizer; no third-party search library.
+b=0.75) with a lowercase word tokenizer (:mod:`._ranking`); no third-party search library.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import math
-import re
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,20 +19,15 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from .._errors import ConfigError
+from .._text import read_jsonl
+from ._ranking import BM25, WORD, tokenize
 from .envelope import ToolResult, ToolStatus
 from .registry import Tool
 
 if TYPE_CHECKING:
-    from ..runtime.context import RunContext
+    from .context import ToolContext
 
-K1, B = 1.5, 0.75
 SNIPPET_CHARS = 240
-_WORD = re.compile(r"\w+")
-
-
-def tokenize(text: str) -> list[str]:
-    """Lowercase word tokens (letters, digits, underscore; any script)."""
-    return _WORD.findall(text.lower())
 
 
 @dataclass(frozen=True)
@@ -51,35 +42,17 @@ class Corpus:
 
     def __init__(self, docs: Iterable[tuple[str, str]], source: str = "") -> None:
         self.source = source
-        self.ids: list[str] = []
-        self.texts: list[str] = []
-        self._lengths: list[int] = []
-        self._postings: dict[str, list[tuple[int, int]]] = {}  # term -> [(doc index, term frequency)]
-        for doc_id, text in docs:
-            tokens = tokenize(text)
-            index = len(self.ids)
-            self.ids.append(doc_id)
-            self.texts.append(text)
-            self._lengths.append(len(tokens))
-            for term, tf in Counter(tokens).items():
-                self._postings.setdefault(term, []).append((index, tf))
-        self._avg_length = sum(self._lengths) / len(self._lengths) if self._lengths else 0.0
+        pairs = list(docs)
+        self.ids: list[str] = [doc_id for doc_id, _ in pairs]
+        self.texts: list[str] = [text for _, text in pairs]
+        self._index = BM25(self.texts)
 
     def __len__(self) -> int:
         return len(self.ids)
 
-    def _idf(self, term: str) -> float:
-        df = len(self._postings.get(term, ()))
-        return math.log((len(self.ids) - df + 0.5) / (df + 0.5) + 1.0)  # never negative
-
     def search(self, query: str, k: int = 3) -> list[Hit]:
         """The ``k`` best documents for ``query`` by BM25; documents sharing no term are left out."""
-        scores: dict[int, float] = {}
-        for term in set(tokenize(query)):
-            idf = self._idf(term)
-            for index, tf in self._postings.get(term, ()):
-                norm = K1 * (1.0 - B + B * self._lengths[index] / (self._avg_length or 1.0))
-                scores[index] = scores.get(index, 0.0) + idf * tf * (K1 + 1.0) / (tf + norm)
+        scores = self._index.scores(query)
         best = sorted(scores.items(), key=lambda item: (-item[1], self.ids[item[0]]))[:k]
         return [Hit(self.ids[i], score, self.texts[i]) for i, score in best]
 
@@ -110,20 +83,8 @@ def _read_folder(root: Path) -> list[tuple[str, str]]:
 
 
 def _read_jsonl(path: Path) -> list[tuple[str, str]]:
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"corpus file {path} cannot be read: {exc}") from None
     docs: dict[str, str] = {}
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{number}: invalid JSON ({exc.msg})") from None
-        if not isinstance(record, dict):
-            raise ConfigError(f"{path}:{number}: expected a JSON object with 'id' and 'text'")
+    for number, record in read_jsonl(path, keys="'id' and 'text'"):
         for field in ("id", "text"):
             if record.get(field) in (None, ""):
                 raise ConfigError(f"{path}:{number}: missing or empty field '{field}'")
@@ -140,7 +101,7 @@ def snippet(text: str, query: str, limit: int = SNIPPET_CHARS) -> str:
     """One line of ``text`` around the first query term it contains."""
     flat = " ".join(text.split())
     terms = set(tokenize(query))
-    first = next((m.start() for m in _WORD.finditer(flat) if m.group().lower() in terms), 0)
+    first = next((m.start() for m in WORD.finditer(flat) if m.group().lower() in terms), 0)
     start = max(0, first - limit // 4)
     piece = flat[start : start + limit]
     return ("..." if start else "") + piece + ("..." if start + limit < len(flat) else "")
@@ -162,7 +123,7 @@ class RetrievalTool(Tool):
     def __init__(self, corpus: Corpus | str | Path | None = None) -> None:
         self.corpus = corpus if corpus is None or isinstance(corpus, Corpus) else Corpus.from_path(corpus)
 
-    async def run(self, args: Any, ctx: "RunContext | None", model: str | None) -> ToolResult:
+    async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult:
         parsed = args if isinstance(args, RetrievalArgs) else RetrievalArgs.model_validate(args)
         if self.corpus is None:
             error = "retrieve: no corpus is configured; pass --corpus PATH (a folder of .txt/.md files or a .jsonl)"

@@ -52,9 +52,11 @@ class TraceQueries:
 
     def runs_matching(self, id_or_prefix: str) -> list[dict[str, Any]]:
         """The runs whose id is ``id_or_prefix`` or starts with it (``config`` as stored), by id."""
-        return self.query("SELECT * FROM runs WHERE id = ? OR id LIKE ? ORDER BY id", (id_or_prefix, id_or_prefix + "%"))
+        return self.query("SELECT * FROM runs WHERE id = ? OR id LIKE ? ORDER BY id",
+                          (id_or_prefix, id_or_prefix + "%"))
 
-    def runs(self, *, kind: str | None = None, newest_first: bool = False, limit: int | None = None) -> list[dict[str, Any]]:
+    def runs(self, *, kind: str | None = None, newest_first: bool = False,
+             limit: int | None = None) -> list[dict[str, Any]]:
         """Runs (of one ``kind``, if given) by creation time."""
         sql = "SELECT * FROM runs"
         params: list[Any] = []
@@ -78,7 +80,8 @@ class TraceQueries:
                       task: Any, started: float, meta: Any) -> None:
         """The opening row of an episode (status ``running``); ``task`` and ``meta`` are stored as JSON."""
         self.submit(
-            "INSERT INTO episodes (id, run_id, task_id, epoch, strategy, task, status, started, meta) VALUES (?,?,?,?,?,?,?,?,?)",
+            "INSERT INTO episodes (id, run_id, task_id, epoch, strategy, task, status, started, meta)"
+            " VALUES (?,?,?,?,?,?,?,?,?)",
             (episode_id, run_id, task_id, epoch, strategy, dumps(task), "running", started, dumps(meta)),
         )
 
@@ -98,8 +101,10 @@ class TraceQueries:
 
     def mark_interrupted(self, run_id: str) -> None:
         """The run's unfinished or cancelled episodes become ``interrupted`` (kept, never counted)."""
-        self.submit("UPDATE episodes SET status = 'interrupted' WHERE run_id = ? AND (finished = 0 OR status = 'cancelled')",
-                    (run_id,))
+        self.submit(
+            "UPDATE episodes SET status = 'interrupted' WHERE run_id = ? AND (finished = 0 OR status = 'cancelled')",
+            (run_id,),
+        )
 
     # -- episodes: reads --------------------------------------------------------------------
     def episode(self, episode_id: str) -> dict[str, Any] | None:
@@ -131,7 +136,8 @@ class TraceQueries:
             where.append(f"id IN ({_marks(ids)})")
             params.extend(ids)
         sql = "SELECT * FROM episodes" + (" WHERE " + " AND ".join(where) if where else "")
-        return self.query(sql + (" ORDER BY started DESC, rowid DESC" if newest_first else " ORDER BY started, rowid"), params)
+        return self.query(sql + (" ORDER BY started DESC, rowid DESC" if newest_first else " ORDER BY started, rowid"),
+                          params)
 
     def episode_ids(self, *, run_id: str | None = None, limit: int | None = None) -> list[str]:
         """Episode ids (of one run, if given), oldest first."""
@@ -198,15 +204,19 @@ class TraceQueries:
         """The episode's decision attempts by (seq, attempt); ``span_attrs``: each row also has its
         decision span's ``attrs`` (as stored) under ``span_attrs``."""
         if span_attrs:
-            return self.query("SELECT d.*, s.attrs AS span_attrs FROM decisions d LEFT JOIN spans s ON s.id = d.span_id "
-                              "WHERE d.episode_id = ? ORDER BY d.seq, d.attempt", (episode_id,))
+            return self.query(
+                "SELECT d.*, s.attrs AS span_attrs FROM decisions d LEFT JOIN spans s ON s.id = d.span_id "
+                "WHERE d.episode_id = ? ORDER BY d.seq, d.attempt",
+                (episode_id,),
+            )
         return self.query("SELECT * FROM decisions WHERE episode_id = ? ORDER BY seq, attempt", (episode_id,))
 
     def decision_validity(self, episode_ids: Sequence[str]) -> list[bool]:
         """Whether each decision attempt of these episodes was valid (one entry per attempt)."""
         if not episode_ids:
             return []
-        rows = self.query(f"SELECT valid FROM decisions WHERE episode_id IN ({_marks(episode_ids)})", tuple(episode_ids))
+        rows = self.query(f"SELECT valid FROM decisions WHERE episode_id IN ({_marks(episode_ids)})",
+                          tuple(episode_ids))
         return [bool(r["valid"]) for r in rows]
 
     # -- aggregates over a run -----------------------------------------------------------------
@@ -221,7 +231,8 @@ class TraceQueries:
         """Per episode of the run: how many spans of ``kinds`` carry each label, the label being
         the span's ``attrs[attr]`` or, without one, its name."""
         rows = self.query(
-            f"SELECT s.episode_id AS ep, COALESCE(json_extract(s.attrs, ?), s.name) AS label, COUNT(*) AS n FROM spans s "
+            "SELECT s.episode_id AS ep, COALESCE(json_extract(s.attrs, ?), s.name) AS label, COUNT(*) AS n "
+            "FROM spans s "
             f"JOIN episodes e ON e.id = s.episode_id WHERE e.run_id = ? AND s.kind IN ({_marks(kinds)}) GROUP BY 1, 2",
             ("$." + attr, run_id, *kinds))
         counts: dict[str, Counter[str]] = defaultdict(Counter)

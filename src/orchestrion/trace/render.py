@@ -48,7 +48,9 @@ def episode_tree(store: TraceStore, episode_id: str) -> Tree:
     """A rich Tree of the episode's spans; raises TraceError for an unknown id."""
     ep = store.episode(episode_id)
     if ep is None:
-        raise TraceError(f"no episode with trace id '{episode_id}' in {store.path}; list ids with `orchestrion trace list`")
+        raise TraceError(
+            f"no episode with trace id '{episode_id}' in {store.path}; list ids with `orchestrion trace list`"
+        )
     spans = store.spans(ep["id"])
     finished = "finished" if ep["finished"] else "UNFINISHED (interrupted)"
     root = Tree(
@@ -77,7 +79,8 @@ def episode_tree(store: TraceStore, episode_id: str) -> Tree:
 
 def list_episodes(store: TraceStore, limit: int = 20) -> list[dict[str, Any]]:
     return store.query(
-        "SELECT id, strategy, status, finished, started, input_tokens, output_tokens, cost_usd, substr(coalesce(json_extract(task, '$.prompt'), task), 1, 200) AS task "
+        "SELECT id, strategy, status, finished, started, input_tokens, output_tokens, cost_usd, "
+        "substr(coalesce(json_extract(task, '$.prompt'), task), 1, 200) AS task "
         "FROM episodes ORDER BY started DESC LIMIT ?",
         (limit,),
     )

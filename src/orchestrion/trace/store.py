@@ -55,7 +55,9 @@ class TraceStore(TraceQueries):
             finally:
                 conn.close()
         except (OSError, sqlite3.Error) as exc:
-            raise TraceError(f"trace store {self.path}: cannot open ({exc}); set ORCHESTRION_DB or --db to a writable file") from None
+            raise TraceError(
+                f"trace store {self.path}: cannot open ({exc}); set ORCHESTRION_DB or --db to a writable file"
+            ) from None
         self._pending: list[object] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -208,7 +210,9 @@ class TraceStore(TraceQueries):
                 unknown = set(row) - known[table]
                 cols = [c for c in row if not (table == "events" and c == "id")]
                 if unknown:
-                    raise TraceError(f"import into {self.path}: table {table} has no column(s) {', '.join(sorted(unknown))}")
+                    raise TraceError(
+                        f"import into {self.path}: table {table} has no column(s) {', '.join(sorted(unknown))}"
+                    )
                 sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
                 statements.append((sql, [row[c] for c in cols]))
         self.submit_all(statements)
@@ -224,6 +228,6 @@ def _run(conn: sqlite3.Connection, sql: str | None, rows: list[Sequence[Any]]) -
         conn.executemany(sql, rows)
 
 
-def _resolve(fut: "asyncio.Future[None]") -> None:
+def _resolve(fut: asyncio.Future[None]) -> None:
     if not fut.done():
         fut.set_result(None)

@@ -8,8 +8,8 @@ when it ends, so each span row holds the cost rolled up over its subtree.
 
 from __future__ import annotations
 
-import time
 import random
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar, Token
@@ -19,15 +19,15 @@ from ..models._types import Usage
 from ._json import dumps as dumps
 from .store import TraceStore
 
-_current: ContextVar["Span | None"] = ContextVar("orchestrion_span", default=None)
+_current: ContextVar[Span | None] = ContextVar("orchestrion_span", default=None)
 
 
-def set_current(span: "Span") -> Token["Span | None"]:
+def set_current(span: Span) -> Token[Span | None]:
     """Make ``span`` the parent of spans opened from here on (in this task)."""
     return _current.set(span)
 
 
-def reset_current(token: Token["Span | None"]) -> None:
+def reset_current(token: Token[Span | None]) -> None:
     _current.reset(token)
 
 
@@ -40,7 +40,7 @@ def new_id() -> str:
 class Span:
     """A timed unit of work with its own rolled-up usage."""
 
-    def __init__(self, tracer: "Tracer", kind: str, name: str, parent: "Span | None", attrs: dict[str, Any]) -> None:
+    def __init__(self, tracer: Tracer, kind: str, name: str, parent: Span | None, attrs: dict[str, Any]) -> None:
         self.tracer = tracer
         self.id = new_id()
         self.kind = kind
@@ -101,8 +101,10 @@ class Tracer:
         """Open a span under ``parent`` (default: the current span) without making it current."""
         span = Span(self, kind, name, parent if parent is not None else _current.get(), attrs)
         self.store.submit(
-            "INSERT INTO spans (id, episode_id, parent_id, kind, name, started, status, attrs) VALUES (?,?,?,?,?,?,?,?)",
-            (span.id, self.episode_id, span.parent.id if span.parent else None, kind, name, span.started, "running", dumps(attrs)),
+            "INSERT INTO spans (id, episode_id, parent_id, kind, name, started, status, attrs)"
+            " VALUES (?,?,?,?,?,?,?,?)",
+            (span.id, self.episode_id, span.parent.id if span.parent else None, kind, name, span.started, "running",
+             dumps(attrs)),
         )
         return span
 

@@ -26,13 +26,19 @@ def export(
     out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
     fmt: Annotated[str, typer.Option("--format", help="trl (JSONL prompt-completion) or verl (parquet)")] = "trl",
     db: DbOpt = None,
-    all_records: Annotated[bool, typer.Option("--all", help="no filters: every attempt of every episode, invalid ones included")] = False,
-    one_per_task: Annotated[bool, typer.Option("--one-per-task", help="at most one episode per task (the best scored)")] = False,
-    max_tool_share: Annotated[float, typer.Option("--max-tool-share", min=0.0, max=1.0,
-                                                  help="no tool in more than this share of rows (ParaManager-style cap, e.g. 0.5); 1 = no cap")] = 1.0,
-    include_failed: Annotated[bool, typer.Option("--include-failed", help="keep episodes that were not successful")] = False,
-    rewards: Annotated[Path | None, typer.Option("--rewards", help="rewards.yaml for meta.reward (default weights otherwise)")] = None,
-    gguf: Annotated[Path | None, typer.Option("--gguf", help="tokenizer of this GGUF (default: the embedded orchestrator)")] = None,
+    all_records: Annotated[bool, typer.Option(
+        "--all", help="no filters: every attempt of every episode, invalid ones included")] = False,
+    one_per_task: Annotated[bool, typer.Option(
+        "--one-per-task", help="at most one episode per task (the best scored)")] = False,
+    max_tool_share: Annotated[float, typer.Option(
+        "--max-tool-share", min=0.0, max=1.0,
+        help="no tool in more than this share of rows (ParaManager-style cap, e.g. 0.5); 1 = no cap")] = 1.0,
+    include_failed: Annotated[bool, typer.Option(
+        "--include-failed", help="keep episodes that were not successful")] = False,
+    rewards: Annotated[Path | None, typer.Option(
+        "--rewards", help="rewards.yaml for meta.reward (default weights otherwise)")] = None,
+    gguf: Annotated[Path | None, typer.Option(
+        "--gguf", help="tokenizer of this GGUF (default: the embedded orchestrator)")] = None,
 ) -> None:
     """Export a run's decisions (exact context, raw output, token ids, loss mask) for TRL or verl."""
     from ..trace.store import TraceStore
@@ -63,8 +69,10 @@ def export(
     info = {"run_id": run_id, "records_read": len(records), "filters": flt.__dict__, "rewards_config": cfg.model_dump()}
     with err.status(f"writing {len(kept)} rows..."):
         path = _write(fmt, kept, out_dir, episode_rewards, info, gguf)
-    out.print(f"wrote {path} ({len(kept)} rows, {len(episode_rewards)} episodes) and {path.parent / 'dataset_info.json'}",
-              highlight=False)
+    out.print(
+        f"wrote {path} ({len(kept)} rows, {len(episode_rewards)} episodes) and {path.parent / 'dataset_info.json'}",
+        highlight=False,
+    )
 
 
 def _write(fmt: str, kept: list[DecisionRecord], out_dir: Path, rewards: dict[str, float],

@@ -13,7 +13,8 @@ import typer
 from .._cli_common import DbOpt, PoolOpt, err, friendly, out, parse_settings
 from .hf import _require_training_extra
 
-AdapterOpt = Annotated[Path | None, typer.Option("--adapter", help="PEFT adapter dir to start from (e.g. from `train sft`); default: a fresh LoRA")]
+AdapterOpt = Annotated[Path | None, typer.Option(
+    "--adapter", help="PEFT adapter dir to start from (e.g. from `train sft`); default: a fresh LoRA")]
 LrOpt = Annotated[float, typer.Option("--lr", min=0.0, help="learning rate (AdamW)")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="seed of the LoRA init and of the rollouts")]
 LoraROpt = Annotated[int, typer.Option("--lora-r", min=1, help="LoRA rank of a fresh adapter")]
@@ -29,25 +30,31 @@ def register(app: typer.Typer) -> None:
     @app.command("grpo")
     @friendly
     def grpo(
-        dataset: Annotated[str, typer.Option("--dataset", help="tasks: bigbench:TASK or TASK/SUBTASK, humaneval, jsonl:PATH")],
+        dataset: Annotated[str, typer.Option(
+            "--dataset", help="tasks: bigbench:TASK or TASK/SUBTASK, humaneval, jsonl:PATH")],
         limit: Annotated[int | None, typer.Option("--limit", min=1, help="first N tasks")] = 4,
         group: Annotated[int, typer.Option("--group", min=2, help="episodes per task per step (G)")] = 4,
         steps: Annotated[int, typer.Option("--steps", min=1, help="rollout + update rounds")] = 2,
-        strategy: Annotated[str, typer.Option("--strategy", "-s", help="strategy whose orchestrator is trained")] = "para",
+        strategy: Annotated[str, typer.Option(
+            "--strategy", "-s", help="strategy whose orchestrator is trained")] = "para",
         pool: PoolOpt = None,
         adapter: AdapterOpt = None,
-        out_dir: Annotated[Path, typer.Option("--out", help="where the adapter, adapter.gguf and train_log.json go")] = Path("grpo-adapter"),
+        out_dir: Annotated[Path, typer.Option(
+            "--out", help="where the adapter, adapter.gguf and train_log.json go")] = Path("grpo-adapter"),
         lr: LrOpt = 1e-4,
         clip: Annotated[float, typer.Option("--clip", min=0.0, help="PPO/GRPO ratio clip epsilon")] = 0.2,
-        kl_beta: Annotated[float, typer.Option("--kl-beta", min=0.0, help="weight of the KL to the starting policy")] = 0.0,
-        rewards: Annotated[Path | None, typer.Option("--rewards", help="reward config YAML (see examples/rewards.yaml); default: the score")] = None,
+        kl_beta: Annotated[float, typer.Option(
+            "--kl-beta", min=0.0, help="weight of the KL to the starting policy")] = 0.0,
+        rewards: Annotated[Path | None, typer.Option(
+            "--rewards", help="reward config YAML (see examples/rewards.yaml); default: the score")] = None,
         seed: SeedOpt = 0,
         db: DbOpt = None,
         settings: Annotated[list[str], typer.Option("--set", help="strategy option KEY=VALUE (repeatable)")] = [],  # noqa: B006
         updates: Annotated[int, typer.Option("--updates", min=1, help="optimizer steps per batch of rollouts")] = 1,
         micro_batch: Annotated[int, typer.Option("--micro-batch", min=1, help="decisions per forward pass")] = 2,
         concurrency: Annotated[int, typer.Option("--concurrency", min=1, help="episodes at once")] = 1,
-        max_length: Annotated[int, typer.Option("--max-length", min=16, help="longest decision (prompt + output tokens) trained on")] = 2048,
+        max_length: Annotated[int, typer.Option(
+            "--max-length", min=16, help="longest decision (prompt + output tokens) trained on")] = 2048,
         lora_r: LoraROpt = 8,
     ) -> None:
         """GRPO: sample groups of episodes with the current policy, train on group-normalised rewards."""
@@ -65,23 +72,31 @@ def register(app: typer.Typer) -> None:
         out.print(f"adapter: {result.adapter_dir}", highlight=False)
         if result.gguf_path is not None:
             out.print(f"llama.cpp adapter: {result.gguf_path}", highlight=False)
-        _print(f"run {result.run_id}: {len(result.steps)} steps, {updated} with an update; log in {result.adapter_dir / 'train_log.json'}")
+        _print(f"run {result.run_id}: {len(result.steps)} steps, {updated} with an update;"
+               f" log in {result.adapter_dir / 'train_log.json'}")
 
     @app.command("opod")
     @friendly
     def opod(
         run: Annotated[str, typer.Option("--run", help="run id whose decisions are judged and trained on")],
         steps: Annotated[int, typer.Option("--steps", min=1, help="optimizer steps")] = 2,
-        adapter: Annotated[Path | None, typer.Option("--adapter", help="the SFT adapter dir: teacher and student start there; default: base model")] = None,
-        lam: Annotated[float, typer.Option("--lambda", min=0.0, help="weight of reward-weighted regression next to the reverse KL")] = 1.0,
-        judge: Annotated[str | None, typer.Option("--judge", help="pool model that attributes hindsight hints; default: the synthesizer")] = None,
+        adapter: Annotated[Path | None, typer.Option(
+            "--adapter", help="the SFT adapter dir: teacher and student start there; default: base model")] = None,
+        lam: Annotated[float, typer.Option(
+            "--lambda", min=0.0, help="weight of reward-weighted regression next to the reverse KL")] = 1.0,
+        judge: Annotated[str | None, typer.Option(
+            "--judge", help="pool model that attributes hindsight hints; default: the synthesizer")] = None,
         pool: PoolOpt = None,
-        out_dir: Annotated[Path, typer.Option("--out", help="where the adapter, adapter.gguf, judgments.jsonl and train_log.json go")] = Path("opod-adapter"),
+        out_dir: Annotated[Path, typer.Option(
+            "--out",
+            help="where the adapter, adapter.gguf, judgments.jsonl and train_log.json go")] = Path("opod-adapter"),
         db: DbOpt = None,
         lr: LrOpt = 1e-4,
         batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="decisions of each kind per step")] = 4,
-        max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", min=1, help="longest action the student samples")] = 128,
-        max_decisions: Annotated[int | None, typer.Option("--max-decisions", min=1, help="judge at most N decisions")] = None,
+        max_new_tokens: Annotated[int, typer.Option(
+            "--max-new-tokens", min=1, help="longest action the student samples")] = 128,
+        max_decisions: Annotated[int | None, typer.Option(
+            "--max-decisions", min=1, help="judge at most N decisions")] = None,
         seed: SeedOpt = 0,
         lora_r: LoraROpt = 8,
     ) -> None:

@@ -18,7 +18,8 @@ def register(app: typer.Typer) -> None:
 @friendly
 def sft(
     data: Annotated[Path, typer.Option("--data", help="folder written by `orchestrion train export --format trl`")],
-    out_dir: Annotated[Path, typer.Option("--out", help="adapter folder to write (PEFT files, adapter.gguf, train_log.json)")],
+    out_dir: Annotated[Path, typer.Option("--out",
+                                          help="adapter folder to write (PEFT files, adapter.gguf, train_log.json)")],
     steps: Annotated[int, typer.Option("--steps", min=1, help="optimizer steps")] = 20,
     lr: Annotated[float, typer.Option("--lr", min=0.0, help="learning rate")] = 2e-4,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="rows per device per step")] = 2,
@@ -26,7 +27,8 @@ def sft(
     lora_alpha: Annotated[int, typer.Option("--lora-alpha", min=1, help="LoRA alpha (scale = alpha / rank)")] = 16,
     max_length: Annotated[int, typer.Option("--max-length", min=8, help="rows with more tokens are left out")] = 1024,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    gguf: Annotated[Path | None, typer.Option("--gguf", help="base orchestrator GGUF (default: the embedded SmolLM2)")] = None,
+    gguf: Annotated[Path | None, typer.Option("--gguf",
+                                              help="base orchestrator GGUF (default: the embedded SmolLM2)")] = None,
 ) -> None:
     """Fine-tune the orchestrator (LoRA, TRL SFTTrainer) on its own decisions; loss on its output tokens only.
 

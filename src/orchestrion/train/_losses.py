@@ -46,10 +46,13 @@ class PaddedBatch:
                                                     self.targets, self.mask)))
 
 
-def pad_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *, pad_id: int = 0) -> PaddedBatch:
+def pad_batch(prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], *,
+              pad_id: int = 0) -> PaddedBatch:
     """Build a :class:`PaddedBatch`; positions count real tokens only, so padding changes nothing."""
     if len(prompts) != len(completions) or not prompts:
-        raise ValueError(f"need as many prompts as completions (got {len(prompts)} and {len(completions)}), at least one")
+        raise ValueError(
+            f"need as many prompts as completions (got {len(prompts)} and {len(completions)}), at least one"
+        )
     if any(len(p) == 0 for p in prompts):
         raise ValueError("every prompt needs at least one token")
     p_len = max(len(p) for p in prompts)

@@ -31,5 +31,7 @@ class TrainSample:
         if self.token_weights is None:
             return [1.0] * len(self.completion_ids)
         if len(self.token_weights) != len(self.completion_ids):
-            raise ValueError(f"token_weights has {len(self.token_weights)} entries for {len(self.completion_ids)} tokens")
+            raise ValueError(
+                f"token_weights has {len(self.token_weights)} entries for {len(self.completion_ids)} tokens"
+            )
         return list(self.token_weights)

@@ -28,18 +28,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .._errors import ConfigError
+from .._text import locate_json
 from ..api import EpisodeResult, solve
 from ..models._types import Usage
 from ..models.pool import Pool
-from ..models.structured import _FENCE, extract_json, parse_as
+from ..models.structured import parse_as
 from ..runtime.budget import Budget
-from ..strategies.base import Task
+from ..runtime.types import Task
 from ..strategies.spec import (
     LEVELS,
     OrchestrationSpec,
@@ -85,85 +85,6 @@ class Counterfactual:
     @property
     def contrast(self) -> float:
         return self.original_reward - self.edited_reward
-
-
-@dataclass
-class JsonNode:
-    """A JSON value and the characters [start, end) it occupies in the text it was read from."""
-
-    start: int
-    end: int
-    value: Any
-    items: list[JsonNode] = field(default_factory=list)  # array elements
-    keys: dict[str, JsonNode] = field(default_factory=dict)  # object members
-
-    def get(self, key: str) -> JsonNode | None:
-        return self.keys.get(key)
-
-
-_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
-_LITERALS = {"true": True, "false": False, "null": None}
-
-
-def _skip(text: str, i: int) -> int:
-    while i < len(text) and text[i] in " \t\r\n":
-        i += 1
-    return i
-
-
-def _scan(text: str, i: int) -> JsonNode:
-    """Read one JSON value at ``i`` (after whitespace), keeping positions; raw newlines in strings allowed."""
-    i = _skip(text, i)
-    ch = text[i]
-    if ch in "{[":
-        close, node = ("}" if ch == "{" else "]"), JsonNode(i, i, None)
-        j = _skip(text, i + 1)
-        while text[j] != close:
-            if ch == "{":
-                key = _scan(text, j)
-                j = _skip(text, key.end)
-                if not isinstance(key.value, str) or text[j] != ":":
-                    raise ValueError(f"expected a key and ':' at {j}")
-                node.keys[key.value] = child = _scan(text, j + 1)
-            else:
-                node.items.append(child := _scan(text, j))
-            j = _skip(text, child.end)
-            if text[j] == ",":
-                j = _skip(text, j + 1)
-            elif text[j] != close:
-                raise ValueError(f"expected ',' or '{close}' at {j}")
-        node.end = j + 1
-        node.value = {k: v.value for k, v in node.keys.items()} if ch == "{" else [v.value for v in node.items]
-        return node
-    if ch == '"':
-        j = i + 1
-        while text[j] != '"':
-            j += 2 if text[j] == "\\" else 1
-        return JsonNode(i, j + 1, json.loads(text[i : j + 1], strict=False))
-    for word, value in _LITERALS.items():
-        if text.startswith(word, i):
-            return JsonNode(i, i + len(word), value)
-    number = _NUMBER.match(text, i)
-    if number is None:
-        raise ValueError(f"no JSON value at {i}")
-    return JsonNode(i, number.end(), json.loads(number.group()))
-
-
-def locate_json(text: str) -> JsonNode | None:
-    """The JSON value ``parse_as`` reads from ``text`` (bare, fenced, or the first {...}), with positions."""
-    try:
-        target = extract_json(text)
-    except ValueError:
-        return None
-    starts = [len(text) - len(text.lstrip()), *(m.start(1) for m in _FENCE.finditer(text)), text.find("{")]
-    for start in starts:
-        try:
-            node = _scan(text, start)
-        except (ValueError, IndexError):
-            continue
-        if node.value == target:
-            return node
-    return None
 
 
 def spec_edits(output: str, primitives: Sequence[str], fields: Sequence[str] = FIELDS) -> list[SpecEdit]:
@@ -324,7 +245,8 @@ def span_weights(spans: Sequence[tuple[int, int]], target: tuple[int, int]) -> l
     return [1.0 if s < target[1] and e > target[0] else 0.0 for s, e in spans]
 
 
-def counterfactual_samples(cfs: Sequence[Counterfactual], store: TraceStore, tokenizer: Any = None) -> list[TrainSample]:
+def counterfactual_samples(cfs: Sequence[Counterfactual], store: TraceStore,
+                           tokenizer: Any = None) -> list[TrainSample]:
     """One sample per applied edit: advantage = contrast, weights only on the edited value's tokens.
 
     Edits whose decision has no token ids (scripted models) give no sample.

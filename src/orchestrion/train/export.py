@@ -85,7 +85,8 @@ def _prepare(records: Sequence[DecisionRecord], out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _info(records: Sequence[DecisionRecord], fmt: str, files: list[str], extra: Mapping[str, Any] | None) -> dict[str, Any]:
+def _info(records: Sequence[DecisionRecord], fmt: str, files: list[str],
+          extra: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
         "format": fmt, "files": files, "created": time.time(), "rows": len(records),
         "episodes": len({r.episode_id for r in records}), "tasks": len({r.task_id or r.episode_id for r in records}),

@@ -29,7 +29,8 @@ import torch
 from .._errors import ConfigError
 from ..api import load_pool
 from ..models.pool import Pool
-from ..strategies.base import Strategy, Task
+from ..runtime.types import Task
+from ..strategies.base import Strategy
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ..trace.tracer import new_id
@@ -140,7 +141,8 @@ def grpo_update(
 
 
 # -- samples from episodes ---------------------------------------------------------------------
-def retokenized_samples(policy: Policy, store: TraceStore, episodes: Sequence[tuple[str, float, float]]) -> list[TrainSample]:
+def retokenized_samples(policy: Policy, store: TraceStore,
+                        episodes: Sequence[tuple[str, float, float]]) -> list[TrainSample]:
     """Samples for decisions a backend gave no token ids for (scripted, some servers): the chat
     template applied to the stored messages, the stored output tokenized. ``episodes`` holds
     ``(episode_id, reward, advantage)``."""
@@ -188,7 +190,8 @@ def _valid_rate(store: TraceStore, episode_ids: Sequence[str]) -> float | None:
 
 # -- the loop ----------------------------------------------------------------------------------
 class _Trainer:
-    def __init__(self, policy: Policy, pool: Pool, store: TraceStore, out: Path, log: Log, settings: dict[str, Any]) -> None:
+    def __init__(self, policy: Policy, pool: Pool, store: TraceStore, out: Path, log: Log,
+                 settings: dict[str, Any]) -> None:
         self.policy, self.pool, self.store, self.out, self.log = policy, pool, store, out, log
         self.s = settings
         self.notes: list[str] = []
@@ -234,7 +237,8 @@ class _Trainer:
         try:
             groups = await collect_groups(
                 tasks, strategy=self.s["strategy"], pool=pool, store=self.store, group=group, reward_fn=reward_fn,
-                options=self.s["options"], run_id=run_id, tools=self.s.get("tools"), seed=int(self.s["seed"]) + step * total,
+                options=self.s["options"], run_id=run_id, tools=self.s.get("tools"),
+                seed=int(self.s["seed"]) + step * total,
                 concurrency=int(self.s["concurrency"]), progress=progress)
         finally:
             if pool is not self.pool:
@@ -251,7 +255,8 @@ class _Trainer:
             found = group_samples(g, self.store)
             if not found:
                 found = retokenized_samples(self.policy, self.store,
-                                            [(e.trace_id, r, a) for e, r, a in zip(g.episodes, g.rewards, g.advantages)])
+                                            [(e.trace_id, r, a) for e, r, a in zip(g.episodes, g.rewards,
+                                                                                   g.advantages)])
             samples.extend(found)
         limit = int(self.s["max_length"])
         usable = [s for s in samples if s.completion_ids and len(s.prompt_ids) + len(s.completion_ids) <= limit]
@@ -272,7 +277,12 @@ class _Trainer:
             for _ in range(int(self.s["updates"])):
                 stats = grpo_update(self.policy, self.optimizer, usable, clip_eps=float(self.s["clip"]),
                                     kl_beta=float(self.s["kl_beta"]), micro_batch=micro)
-            entry.loss, entry.clip_frac, entry.ratio, entry.kl = stats["loss"], stats["clip_frac"], stats["ratio"], stats["kl"]
+            entry.loss, entry.clip_frac, entry.ratio, entry.kl = (
+                stats["loss"],
+                stats["clip_frac"],
+                stats["ratio"],
+                stats["kl"],
+            )
         entry.wall_s = time.perf_counter() - start
         return entry
 
@@ -333,8 +343,10 @@ async def atrain_grpo(
     policy = Policy.load(Path(adapter) if adapter else None, lora_r=lora_r, lora_alpha=lora_alpha,
                          gguf_path=Path(gguf_path) if gguf_path else None, seed=seed)
     settings: dict[str, Any] = {"dataset": data.name, "tasks": len(data.tasks), "group": group, "steps": steps,
-                                "strategy": strategy if isinstance(strategy, str) else strategy.name, "pool": the_pool.source, "adapter": str(adapter) if adapter else None,
-                                "lr": lr, "clip": clip, "kl_beta": kl_beta, "rewards": str(rewards) if rewards else None,
+                                "strategy": strategy if isinstance(strategy, str) else strategy.name,
+                                "pool": the_pool.source, "adapter": str(adapter) if adapter else None,
+                                "lr": lr, "clip": clip, "kl_beta": kl_beta,
+                                "rewards": str(rewards) if rewards else None,
                                 "seed": seed, "options": dict(options or {}), "updates": updates,
                                 "micro_batch": micro_batch, "concurrency": concurrency, "max_length": max_length,
                                 "lora_r": lora_r, "lora_alpha": lora_alpha, "out": str(out_dir)}
@@ -388,8 +400,10 @@ def _load_dataset(dataset: str | _DatasetLike, limit: int | None, seed: int) -> 
 
 def _write_log(out: Path, settings: dict[str, Any], run_id: str, history: list[StepLog], notes: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    body = {"trainer": "grpo", "run_id": run_id, "config": settings, "steps": [asdict(e) for e in history], "notes": notes}
+    body = {"trainer": "grpo", "run_id": run_id, "config": settings, "steps": [asdict(e) for e in history],
+            "notes": notes}
     (out / "train_log.json").write_text(json.dumps(body, indent=2, default=str), encoding="utf-8")
 
 
-__all__ = ["GRPOResult", "StepLog", "atrain_grpo", "grpo_update", "retokenized_samples", "set_old_logprobs", "train_grpo"]
+__all__ = ["GRPOResult", "StepLog", "atrain_grpo", "grpo_update", "retokenized_samples", "set_old_logprobs",
+           "train_grpo"]

@@ -130,7 +130,8 @@ def followup(store: TraceStore, episode_id: str, seq: int, *, limit: int = 1600)
     for s in store.spans(episode_id, kinds=("tool", "agent", "subagent"), since=since):
         attrs = _loads(s["attrs"]) or {}
         result = attrs.get("output") or attrs.get("error") or ""
-        events.append((s["started"], f"- {s['kind']} {attrs.get('tool') or s['name']} [{s['status']}]: {_clip(str(result), 200)}"))
+        events.append((s["started"],
+                       f"- {s['kind']} {attrs.get('tool') or s['name']} [{s['status']}]: {_clip(str(result), 200)}"))
     events.sort(key=lambda e: e[0])
     trace = _clip("\n".join(e for _, e in events), limit) if events else "(nothing: this was the last step)"
     ep = store.episode(episode_id) or {}
@@ -290,13 +291,17 @@ async def atrain_opod(
     log: Log = progress or (lambda _text: None)
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
     if not the_store.episode_ids(run_id=run_id, limit=1):
-        raise ConfigError(f"run '{run_id}' has no episodes in {the_store.path}; pass a run id from `orchestrion eval` or --db")
+        raise ConfigError(
+            f"run '{run_id}' has no episodes in {the_store.path}; pass a run id from `orchestrion eval` or --db"
+        )
     records = load_records(the_store, run_id=run_id)
     if not records:
-        raise ConfigError(f"run '{run_id}' has no recorded orchestrator decisions; use a strategy that makes them (para, proactive, ...)")
+        raise ConfigError(f"run '{run_id}' has no recorded orchestrator decisions;"
+                          " use a strategy that makes them (para, proactive, ...)")
     the_pool = load_pool(pool)
     to_judge = [r for r in records if r.valid][:max_decisions]
-    log(f"run {run_id}: {len(records)} decision attempts; judging {len(to_judge)} with '{judge or the_pool.synthesizer}'")
+    log(f"run {run_id}: {len(records)} decision attempts;"
+        f" judging {len(to_judge)} with '{judge or the_pool.synthesizer}'")
     try:
         judgments = await judge_records(to_judge, pool=the_pool, store=the_store, judge=judge, log=log)
     finally:

@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any, Literal
 
 import orjson
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .._errors import ConfigError, TraceError
+from .._text import load_yaml
 from ..trace.store import TraceStore
 
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -78,7 +78,8 @@ def invalid_penalty(invalid_attempts: int, per_invalid: float = 0.1, cap: float 
     return -min(cap, per_invalid * max(0, invalid_attempts))
 
 
-def diversity_reward(calls: int, rounds: int, distinct_tools: int, theta_par: float = 1.25, theta_tool: float = 3) -> float:
+def diversity_reward(calls: int, rounds: int, distinct_tools: int, theta_par: float = 1.25,
+                     theta_tool: float = 3) -> float:
     """Half for parallelism (calls per round up to ``theta_par``), half for tool variety (up to ``theta_tool``)."""
     par = min(1.0, (calls / rounds) / theta_par) if rounds > 0 else 0.0
     tool = min(1.0, distinct_tools / theta_tool) if theta_tool > 0 else 1.0
@@ -147,12 +148,7 @@ class RewardConfig(BaseModel):
     @classmethod
     def from_yaml(cls, path: str | Path) -> RewardConfig:
         p = Path(path)
-        try:
-            raw = yaml.safe_load(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{p}: reward config not found; see examples/rewards.yaml") from None
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"{p}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
+        raw = load_yaml(p, missing="reward config not found; see examples/rewards.yaml")
         if raw is None:
             return cls()
         if not isinstance(raw, dict):
@@ -199,14 +195,16 @@ def episode_rewards(
     spans = store.spans(ep["id"])
     decisions = store.decision_validity([ep["id"]])
     out: dict[str, float | None] = {}
-    out["outcome"] = outcome_reward(_num(meta.get("score")), meta.get("correct") if isinstance(meta.get("correct"), bool) else None)
+    out["outcome"] = outcome_reward(_num(meta.get("score")),
+                                    meta.get("correct") if isinstance(meta.get("correct"), bool) else None)
     if outcomes is not None:
         out["uncertain_outcome"] = uncertainty_aware_outcome(list(outcomes), cfg.uncertainty_penalty)
     valid = sum(decisions)
     out["protocol"] = protocol_reward(valid, len(decisions))
     out["invalid"] = invalid_penalty(len(decisions) - valid, cfg.invalid_penalty, cfg.invalid_cap)
     calls, rounds = top_level_calls(spans), orchestration_rounds(spans)
-    out["diversity"] = diversity_reward(len(calls), rounds, len({_tool(s) for s in calls}), cfg.theta_par, cfg.theta_tool)
+    out["diversity"] = diversity_reward(len(calls), rounds, len({_tool(s) for s in calls}), cfg.theta_par,
+                                        cfg.theta_tool)
     tokens = (ep["output_tokens"] or 0) + (0 if cfg.token_measure == "output" else (ep["input_tokens"] or 0))
     out["efficiency_tokens"] = soft_budget_penalty(tokens, cfg.tokens_target, cfg.max_penalty)
     out["efficiency_cost"] = soft_budget_penalty(ep["cost_units"] or 0.0, cfg.cost_units_target, cfg.max_penalty)

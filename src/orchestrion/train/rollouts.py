@@ -28,7 +28,8 @@ from .._errors import ConfigError
 from ..api import EpisodeResult, solve
 from ..models.pool import Pool
 from ..runtime.budget import Budget
-from ..strategies.base import Strategy, Task
+from ..runtime.types import Task
+from ..strategies.base import Strategy
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ._types import TrainSample
@@ -96,7 +97,8 @@ async def collect_group(
 ) -> Group:
     """Run ``group`` episodes of ``task`` (seeds ``seed`` .. ``seed + group - 1``), score them, normalise."""
     check_sampling(options)
-    run = _Runner(strategy, pool, store, reward_fn, options, run_id, tools, budget, asyncio.Semaphore(concurrency or group))
+    run = _Runner(strategy, pool, store, reward_fn, options, run_id, tools, budget,
+                  asyncio.Semaphore(concurrency or group))
     return await run.group(task, group, seed)
 
 
@@ -121,7 +123,8 @@ async def collect_groups(
     Task ``j`` uses seeds ``seed + j * group`` onwards, so every episode of the call has its own seed.
     """
     check_sampling(options)
-    run = _Runner(strategy, pool, store, reward_fn, options, run_id, tools, budget, asyncio.Semaphore(max(1, concurrency)),
+    run = _Runner(strategy, pool, store, reward_fn, options, run_id, tools, budget,
+                  asyncio.Semaphore(max(1, concurrency)),
                   progress, len(tasks) * group)
     return list(await asyncio.gather(*(run.group(t, group, seed + j * group) for j, t in enumerate(tasks))))
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
+from .._text import read_jsonl
 from .adapter import ADAPTER_GGUF, MODULE_NAMES, peft_to_gguf
 
 EXPORT_HINT = "run `orchestrion train export --run RUN_ID --format trl --out DIR` first"
@@ -59,27 +60,22 @@ def load_rows(data_dir: str | Path, max_length: int) -> tuple[list[dict[str, lis
     rows: list[dict[str, list[int]]] = []
     dropped = 0
     longest = 0
-    with file.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                raw = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{file}:{n}: not valid JSON ({exc.msg}); re-export the data") from None
-            ids, mask = raw.get("input_ids"), raw.get("completion_mask")
-            if not isinstance(ids, list) or not isinstance(mask, list):
-                raise ConfigError(f"{file}:{n}: missing input_ids/completion_mask (token ids); {EXPORT_HINT}")
-            if len(ids) != len(mask) or not any(mask):
-                raise ConfigError(f"{file}:{n}: completion_mask must match input_ids in length and mark some tokens")
-            longest = max(longest, len(ids))
-            if len(ids) > max_length:
-                dropped += 1
-                continue
-            rows.append({"input_ids": [int(i) for i in ids], "completion_mask": [int(bool(b)) for b in mask]})
+    for n, raw in read_jsonl(file, keys="input_ids and completion_mask"):
+        ids, mask = raw.get("input_ids"), raw.get("completion_mask")
+        if not isinstance(ids, list) or not isinstance(mask, list):
+            raise ConfigError(f"{file}:{n}: missing input_ids/completion_mask (token ids); {EXPORT_HINT}")
+        if len(ids) != len(mask) or not any(mask):
+            raise ConfigError(f"{file}:{n}: completion_mask must match input_ids in length and mark some tokens")
+        longest = max(longest, len(ids))
+        if len(ids) > max_length:
+            dropped += 1
+            continue
+        rows.append({"input_ids": [int(i) for i in ids], "completion_mask": [int(bool(b)) for b in mask]})
     if not rows:
         if dropped:
-            raise ConfigError(f"{file}: all {dropped} rows are longer than --max-length {max_length}; raise it to {longest}")
+            raise ConfigError(
+                f"{file}: all {dropped} rows are longer than --max-length {max_length}; raise it to {longest}"
+            )
         raise ConfigError(f"{file}: no rows to train on; {EXPORT_HINT}")
     return rows, dropped
 

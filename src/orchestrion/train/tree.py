@@ -48,7 +48,8 @@ from typing import Any
 from ..api import EpisodeResult, solve
 from ..models.pool import Pool
 from ..runtime.budget import Budget
-from ..strategies.base import Strategy, Task
+from ..runtime.types import Task
+from ..strategies.base import Strategy
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ._types import TrainSample
@@ -173,7 +174,9 @@ def tree_nodes(episodes: list[TreeEpisode]) -> list[TreeNode]:
             node.advantage = node.value - sum(n.value for n in group) / len(group)
         owner_rows = episodes[node.owner].decisions
         if node.depth < len(owner_rows):
-            node.same_context = owner_rows[node.depth]["messages"] == episodes[node.episode].decisions[node.depth]["messages"]
+            node.same_context = (
+                owner_rows[node.depth]["messages"] == episodes[node.episode].decisions[node.depth]["messages"]
+            )
     return nodes
 
 

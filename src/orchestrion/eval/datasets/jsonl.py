@@ -8,13 +8,12 @@ match after normalisation.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ..._errors import ConfigError
-from ...strategies.base import Task
-from .._extract import parse_number
+from ..._text import parse_number, read_jsonl
+from ...runtime.types import Task
 from ..scorers import option_labels
 from ._base import MC_HINT, options_block
 
@@ -48,7 +47,8 @@ def _row(raw: dict[str, Any], where: str, spec: str, path: Path) -> Task:
         if answer not in choices:
             raise ConfigError(f"{where}: answer {answer!r} is not one of the choices")
         prompt = f"{prompt}\n\n{options_block(choices)}\n\n{MC_HINT}"
-        meta.update(scoring="multiple_choice", labels=option_labels(len(choices)), target_scores={c: float(c == answer) for c in choices})
+        meta.update(scoring="multiple_choice", labels=option_labels(len(choices)),
+                    target_scores={c: float(c == answer) for c in choices})
     else:
         meta["scoring"] = "numeric" if parse_number(answer) is not None else "exact"
     return Task(prompt=prompt, id=task_id, answer=answer, choices=choices, metadata=meta)
@@ -59,23 +59,14 @@ def load_jsonl(spec: str, path: Path) -> list[Task]:
         raise ConfigError(f"{path}: no such file (expected JSONL with id, prompt, answer on each line)")
     tasks: list[Task] = []
     seen: dict[str, int] = {}
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                raw = json.loads(line)
-            except ValueError as exc:
-                raise ConfigError(f"{where}: not valid JSON ({exc})") from None
-            if not isinstance(raw, dict):
-                raise ConfigError(f"{where}: expected a JSON object with id, prompt, answer")
-            task = _row(raw, where, spec, path)
-            assert task.id is not None
-            if task.id in seen:
-                raise ConfigError(f"{where}: id {task.id!r} is already used on line {seen[task.id]}")
-            seen[task.id] = lineno
-            tasks.append(task)
+    for lineno, raw in read_jsonl(path, keys="id, prompt, answer"):
+        where = f"{path}:{lineno}"
+        task = _row(raw, where, spec, path)
+        assert task.id is not None
+        if task.id in seen:
+            raise ConfigError(f"{where}: id {task.id!r} is already used on line {seen[task.id]}")
+        seen[task.id] = lineno
+        tasks.append(task)
     if not tasks:
         raise ConfigError(f"{path}: no tasks in the file")
     return tasks

@@ -14,10 +14,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..models.structured import extract_json
-from .context import RunContext
-from .protocol import narrow
-from .subagent import Harness, SubAgent, SubAgentReport
+from .._text import extract_json
+from ..runtime.context import RunContext
+from ..runtime.protocol import narrow
+from ..runtime.subagent import Harness, SubAgent, SubAgentReport
 
 ActionName = Literal["delegate_task", "revise_task", "complete", "wait"]
 Scope = Literal["keep", "reduce", "expand", "remove", "decompose"]
