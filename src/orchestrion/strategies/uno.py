@@ -296,6 +296,18 @@ async def decide_with_options(ctx: RunContext, opts: DecisionOptions, schema: ty
                             max_repairs=opts.max_repairs, name=name)
 
 
+def _ranked(pairs: list[Pair], lam: float, top: int = 6) -> str:
+    """The best pairs by utility, one line each (pairs of unknown cost last, unranked)."""
+    known = sorted((p for p in pairs if p.est_cost is not None),
+                   key=lambda p: -(utility(p.accuracy, p.est_cost, lam) or 0.0))
+    rows = [*known, *(p for p in pairs if p.est_cost is None)][:top]
+    return "\n".join(
+        f"- {p.label}: expected accuracy {p.accuracy:.2f}, "
+        + ("cost unknown" if p.est_cost is None else f"cost ${p.est_cost:.6f}")
+        for p in rows
+    )
+
+
 def _price(pool: Pool, name: str) -> str:
     price = pool.spec(name).price
     return "price unknown" if price is None else f"${price.input_per_mtok:g}/${price.output_per_mtok:g} per Mtok in/out"
@@ -334,6 +346,7 @@ class Uno(Strategy):
                 excluded="".join(f"\nNot allowed: {k} ({v})" for k, v in list(excluded.items())[:6]),
                 lam=lam,
                 most=most,
+                ranked=_ranked(pairs, lam),
             ),
         )
         decision = await decide_with_options(ctx, opts, bound_action(pairs, cap, most),
