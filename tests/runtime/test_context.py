@@ -40,3 +40,25 @@ async def test_repair_quotes_a_bounded_part_of_the_bad_output(store: TraceStore)
     assert decision.valid and len(decision.attempts) == 2
     quoted = model.calls[1][-2]["content"]
     assert len(quoted) == 600
+
+
+async def test_a_failed_greedy_decision_is_repaired_by_sampling(store: TraceStore) -> None:
+    temperatures: list[float] = []
+
+    def reply(messages: object, config: object) -> str:
+        temperatures.append(config.temperature)  # type: ignore[attr-defined]
+        return "not json" if len(temperatures) == 1 else '{"thought": "t", "calls": [], "final": true}'
+
+    ctx = make_ctx(store, ScriptedModel(reply, name="m"))
+    decision = await ctx.decide(ParaAction, [{"role": "user", "content": "go"}])
+    assert decision.valid and temperatures[0] == 0.0 and temperatures[1] > 0
+
+
+def test_a_reply_cut_off_at_the_limit_is_not_shown_back_to_the_model() -> None:
+    from orchestrion.models.structured import repair_messages
+
+    looped = "{" + "12*13 = 198, " * 50
+    shown = repair_messages([{"role": "user", "content": "go"}], looped, "no JSON", truncated=False)
+    hidden = repair_messages([{"role": "user", "content": "go"}], looped, "no JSON", truncated=True)
+    assert any("12*13 = 198" in m["content"] for m in shown)
+    assert not any("12*13 = 198" in m["content"] for m in hidden) and "cut off" in hidden[-1]["content"]

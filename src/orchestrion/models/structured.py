@@ -31,8 +31,16 @@ def parse_as(schema: type[T], text: str) -> T:
         raise ValueError(problems) from None
 
 
-def repair_messages(messages: list[Message], bad_output: str, error: str) -> list[Message]:
-    """Messages for a repair attempt: the bad output and what was wrong with it."""
+def repair_messages(messages: list[Message], bad_output: str, error: str, *, truncated: bool = False) -> list[Message]:
+    """Messages for a repair attempt: the bad output and what was wrong with it. An output cut off
+    at the token limit is left out (a small model that looped would copy the loop): the model is
+    told to reply shorter instead."""
+    if truncated:
+        return [
+            *messages,
+            msg("user", "Your reply ran past the length limit and was cut off. Reply again with one short JSON "
+                        "object that matches the schema: keep every text field to one short sentence."),
+        ]
     return [
         *messages,
         msg("assistant", bad_output[:600]),

@@ -34,6 +34,18 @@ Role = Literal["decision", "synthesis", "agent"]
 MAX_RESULTS_KEPT = 64
 
 
+REPAIR_TEMPERATURE = 0.7
+
+
+def _exploring(cfg: GenerateConfig, index: int) -> GenerateConfig:
+    """A repair of a greedy decision samples (seeded by the call's index): greedy decoding would
+    repeat the very output that failed, e.g. a small model's loop that ran into max_tokens."""
+    if cfg.temperature > 0:
+        return cfg
+    seed = cfg.seed if cfg.seed is not None else decision_seed(0, index)
+    return replace(cfg, temperature=REPAIR_TEMPERATURE, seed=seed)
+
+
 def decision_seed(base: int, index: int) -> int:
     """The sampling seed of the ``index``-th decision call of an episode run with option ``seed=base``."""
     return (base * 1_000_003 + index) % 2_147_483_647
@@ -207,8 +219,8 @@ class RunContext:
                         completion = self._replayed(index, model_name)
                         replayed.append(attempt)
                     else:
-                        completion = await self.generate(convo, model=model_name, config=self._seeded(cfg, index),
-                                                         name=name)
+                        attempt_cfg = self._seeded(_exploring(cfg, index) if attempt else cfg, index)
+                        completion = await self.generate(convo, model=model_name, config=attempt_cfg, name=name)
                 except ModelError as exc:
                     if attempt == 0:
                         raise
@@ -231,7 +243,8 @@ class RunContext:
                 except ValueError as exc:
                     record.update(valid=False, error=str(exc), action=None)
                     decision.error = str(exc)
-                    convo = repair_messages(convo, completion.text, str(exc))
+                    convo = repair_messages(convo, completion.text, str(exc),
+                                            truncated=completion.finish_reason == "length")
                 else:
                     record.update(valid=True, error=None, action=action.model_dump(mode="json"))
                     decision.action = action
