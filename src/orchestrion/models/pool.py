@@ -22,6 +22,7 @@ from .._errors import ConfigError, ModelNotFoundError
 from .._text import load_yaml
 from ._cost import Price
 from ._types import Completion, GenerateConfig, Message
+from .presets import PRESETS, missing, preset_config
 from .protocol import Model
 
 Backend = Literal["llama-cpp", "openai-api", "scripted"]
@@ -164,8 +165,6 @@ class Pool:
     @classmethod
     def preset(cls, name: str) -> Pool:
         """A built-in pool: ``local`` (three catalog models, tiers 1-3) or ``tiny`` (SmolLM2 alone)."""
-        from .presets import preset_config
-
         return cls._validated(preset_config(name), f"preset '{name}'")
 
     @classmethod
@@ -177,7 +176,7 @@ class Pool:
         """
         if ref is None:
             ref = default_pool_ref()
-        if str(ref) in PRESET_NAMES and not Path(ref).is_file():
+        if str(ref) in PRESETS and not Path(ref).is_file():
             return cls.preset(str(ref))
         return cls.from_yaml(ref)
 
@@ -340,7 +339,6 @@ class Pool:
             await model.aclose()
 
 
-PRESET_NAMES = ("local", "tiny")
 _hinted = False
 
 
@@ -350,8 +348,6 @@ def default_pool_ref() -> str:
     env = os.environ.get("ORCHESTRION_POOL")
     if env:
         return env
-    from .presets import missing
-
     gone = missing()
     if not gone:
         return "local"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from .._errors import ConfigError
 from ._cost import Price
-from .catalog import CATALOG, file_path, pulled_path
+from .catalog import pulled_path
 
 MACHINE_USD_PER_HOUR = 0.10  # nominal price of the 2-core machine the speeds were measured on
 
@@ -71,7 +71,7 @@ def local_specs() -> list[dict[str, object]]:
 
 
 def missing(names: tuple[str, ...] = LOCAL_MODELS) -> list[str]:
-    """The models of ``names`` that are not pulled (or fail their pin check)."""
+    """The models of ``names`` that are not pulled (a file that fails its pin check raises)."""
     return [name for name in names if pulled_path(name) is None]
 
 
@@ -83,21 +83,16 @@ def preset_config(name: str) -> dict[str, object]:
     if name not in PRESETS:
         raise ConfigError(f"unknown pool preset '{name}'; presets: {', '.join(PRESETS)}, or give a pool.yaml path")
     names = LOCAL_MODELS if name == "local" else TINY_MODELS
-    gone = missing(names)
+    paths = {n: pulled_path(n) for n in names}
+    gone = [n for n, path in paths.items() if path is None]
     if gone:
         raise ConfigError(
             f"pool '{name}' needs {', '.join(gone)}, not pulled yet: run `orchestrion models pull {' '.join(gone)}`"
         )
-    models = []
-    for row in local_specs():
-        if row["name"] in names:
-            path = pulled_path(str(row["name"])) or file_path(str(row["name"]))
-            models.append({**row, "backend": "llama-cpp", "path": str(path)})
+    models = [{**row, "backend": "llama-cpp", "path": str(paths[str(row["name"])])}
+              for row in local_specs() if row["name"] in names]
     config: dict[str, object] = {"models": models}
     if name == "local":
         config.update(LOCAL_ROLES)
     return config
 
-
-def catalog_names() -> list[str]:
-    return list(CATALOG)
