@@ -1,40 +1,20 @@
 """The core value types every layer above the runtime shares: what a user asks (:class:`Task`),
 what a strategy returns (:class:`Answer`) and how an episode or span ended (:class:`EpisodeStatus`).
 
-This module imports nothing of orchestrion, so eval, train, serve and the API can use these
+This module imports nothing of orchestrion but the status leaf, so eval, train, serve and the API can use these
 types without loading strategies.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from .._status import EpisodeStatus
 
-class EpisodeStatus(StrEnum):
-    """How an episode (``Answer.status``, ``EpisodeResult.status``) or a span ended.
-
-    A ``StrEnum`` (a ``str``, ``Enum`` whose ``str()`` is the value) of today's strings:
-    ``EpisodeStatus.OK == "ok"``, and JSON, SQLite and f-strings see the plain value. The trace
-    layer (below the runtime) writes the same strings for the spans it closes itself
-    (``running``, ``ok``, ``error``, ``cancelled``, ``budget_exceeded``, ``timeout``).
-    """
-
-    OK = "ok"
-    ERROR = "error"
-    CANCELLED = "cancelled"
-    BUDGET_EXCEEDED = "budget_exceeded"
-    TIMEOUT = "timeout"
-    INVALID = "invalid"  # a decision whose output never validated (span status)
-    INTERRUPTED = "interrupted"  # an episode of an interrupted run, marked on resume
-    RUNNING = "running"  # an episode or span not closed yet
-    # strategy-specific endings
-    NO_ANSWER = "no_answer"
-    INVALID_SPEC = "invalid_spec"
-    NO_ADMISSIBLE_PAIR = "no_admissible_pair"
+__all__ = ["Answer", "EpisodeStatus", "Task"]
 
 
 class Task(BaseModel):

@@ -18,7 +18,9 @@ from typing import Any
 import orjson
 
 from .._errors import TraceError
+from .._status import EpisodeStatus
 from ..models._types import Usage
+from ._bus import EventType, TraceEvent
 from ._json import dumps
 
 # An episode that counts in an eval run: finished (closing update committed) and not interrupted.
@@ -38,6 +40,9 @@ class TraceQueries:
         raise NotImplementedError
 
     def submit(self, sql: str, params: Sequence[Any] = ()) -> None:
+        raise NotImplementedError
+
+    def publish(self, event: TraceEvent) -> None:
         raise NotImplementedError
 
     # -- runs ---------------------------------------------------------------------------
@@ -82,8 +87,12 @@ class TraceQueries:
         self.submit(
             "INSERT INTO episodes (id, run_id, task_id, epoch, strategy, task, status, started, meta)"
             " VALUES (?,?,?,?,?,?,?,?,?)",
-            (episode_id, run_id, task_id, epoch, strategy, dumps(task), "running", started, dumps(meta)),
+            (episode_id, run_id, task_id, epoch, strategy, dumps(task), EpisodeStatus.RUNNING.value, started,
+             dumps(meta)),
         )
+        self.publish(TraceEvent(EventType.EPISODE_STARTED, episode_id, started, name=strategy,
+                                status=EpisodeStatus.RUNNING, data={"run_id": run_id, "task_id": task_id,
+                                                                    "epoch": epoch}))
 
     def finish_episode(self, episode_id: str, *, status: str, answer: str, error: str | None, ended: float,
                        usage: Usage, meta_patch: dict[str, Any]) -> None:
@@ -94,6 +103,8 @@ class TraceQueries:
             (status, answer, error, ended, usage.input_tokens, usage.output_tokens, usage.cost_usd, usage.cost_units,
              dumps(meta_patch), episode_id),
         )
+        self.publish(TraceEvent(EventType.EPISODE_FINISHED, episode_id, ended, status=str(status),
+                                data={"answer": answer, "error": error, "usage": usage.to_dict()}))
 
     def patch_episode_meta(self, episode_id: str, patch: dict[str, Any]) -> None:
         """Merge ``patch`` into the episode's meta (JSON merge patch)."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import TraceError
+from ._bus import TraceBus, TraceEvent
 from ._queries import TraceQueries
 from ._schema import create_file, make_dirs, prepare
 
@@ -63,6 +64,7 @@ class TraceStore(TraceQueries):
         self._wake = threading.Event()
         self._error: BaseException | None = None
         self.transactions = 0
+        self.bus = TraceBus()
         self._thread = threading.Thread(target=self._writer, name="orchestrion-trace-writer", daemon=True)
         self._thread.start()
 
@@ -92,6 +94,11 @@ class TraceStore(TraceQueries):
             self._pending.extend(statements)
         if first:
             self._wake.set()
+
+    def publish(self, event: TraceEvent) -> None:
+        """Announce ``event`` on :attr:`bus` once everything enqueued before it is committed."""
+        if self.bus.active:
+            self._put(_Publish(event))
 
     def _put(self, item: object) -> None:
         # A plain list under a lock: cheaper than queue.Queue, and the writer is only
@@ -137,6 +144,7 @@ class TraceStore(TraceQueries):
                 batch, self._pending = self._pending, []
                 self._wake.clear()
             markers: list[_Marker] = []
+            published: list[TraceEvent] = []
             try:
                 with conn:
                     group_sql: str | None = None
@@ -148,6 +156,8 @@ class TraceStore(TraceQueries):
                             isinstance(entry, tuple) and isinstance(entry[0], asyncio.AbstractEventLoop)
                         ):
                             markers.append(entry)
+                        elif isinstance(entry, _Publish):
+                            published.append(entry.event)
                         else:
                             sql: str = entry[0]  # type: ignore[index]
                             params: Sequence[Any] = entry[1]  # type: ignore[index]
@@ -159,6 +169,8 @@ class TraceStore(TraceQueries):
                 self.transactions += 1
             except sqlite3.Error as exc:
                 self._error = exc
+            if published and self._error is None:
+                self.bus.publish(published)
             for marker in markers:
                 if isinstance(marker, threading.Event):
                     marker.set()
@@ -216,6 +228,13 @@ class TraceStore(TraceQueries):
                 sql = f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})"
                 statements.append((sql, [row[c] for c in cols]))
         self.submit_all(statements)
+
+
+class _Publish:
+    __slots__ = ("event",)
+
+    def __init__(self, event: TraceEvent) -> None:
+        self.event = event
 
 
 def _run(conn: sqlite3.Connection, sql: str | None, rows: list[Sequence[Any]]) -> None:

@@ -15,7 +15,9 @@ from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from typing import Any
 
+from .._status import EpisodeStatus
 from ..models._types import Usage
+from ._bus import EventType, TraceEvent
 from ._json import dumps as dumps
 from .store import TraceStore
 
@@ -50,7 +52,7 @@ class Span:
         self._changed: dict[str, Any] = {}
         self.started = time.time()
         self.ended: float | None = None
-        self.status = "running"
+        self.status: str = EpisodeStatus.RUNNING
         self.usage = Usage()
 
     def set(self, **attrs: Any) -> None:
@@ -64,12 +66,13 @@ class Span:
             node.usage.add(usage)
             node = node.parent
 
-    def end(self, status: str = "ok") -> None:
+    def end(self, status: str = EpisodeStatus.OK) -> None:
         if self.ended is not None:
             return
         self.ended = time.time()
         self.status = status
-        self.tracer.store.submit(
+        store = self.tracer.store
+        store.submit(
             "UPDATE spans SET ended=?, status=?, input_tokens=?, output_tokens=?, cost_usd=?, cost_units=?, "
             "attrs=json_patch(attrs, ?) WHERE id=?",
             (
@@ -83,6 +86,12 @@ class Span:
                 self.id,
             ),
         )
+        if store.bus.active:
+            store.publish(TraceEvent(
+                EventType.SPAN_ENDED, self.tracer.episode_id, self.ended, self.id,
+                self.parent.id if self.parent else None, self.kind, self.name, str(status),
+                {"attrs": dict(self._changed), "usage": self.usage.to_dict(), "started": self.started},
+            ))
 
 
 class Tracer:
@@ -103,9 +112,14 @@ class Tracer:
         self.store.submit(
             "INSERT INTO spans (id, episode_id, parent_id, kind, name, started, status, attrs)"
             " VALUES (?,?,?,?,?,?,?,?)",
-            (span.id, self.episode_id, span.parent.id if span.parent else None, kind, name, span.started, "running",
-             dumps(attrs)),
+            (span.id, self.episode_id, span.parent.id if span.parent else None, kind, name, span.started,
+             EpisodeStatus.RUNNING.value, dumps(attrs)),
         )
+        if self.store.bus.active:
+            self.store.publish(TraceEvent(
+                EventType.SPAN_STARTED, self.episode_id, span.started, span.id,
+                span.parent.id if span.parent else None, kind, name, EpisodeStatus.RUNNING, {"attrs": dict(attrs)},
+            ))
         return span
 
     @contextmanager
@@ -113,7 +127,7 @@ class Tracer:
         """Open a span, make it current for the block, and close it with a status."""
         span = self.start(kind, name, **attrs)
         token = _current.set(span)
-        status = "ok"
+        status: str = EpisodeStatus.OK
         try:
             yield span
         except BaseException as exc:
@@ -122,14 +136,18 @@ class Tracer:
             raise
         finally:
             _current.reset(token)
-            span.end(span.status if span.status != "running" else status)
+            span.end(span.status if span.status != EpisodeStatus.RUNNING else status)
 
     def event(self, kind: str, data: dict[str, Any], span: Span | None = None) -> None:
         target = span if span is not None else _current.get()
+        ts = time.time()
         self.store.submit(
             "INSERT INTO events (episode_id, span_id, ts, kind, data) VALUES (?,?,?,?,?)",
-            (self.episode_id, target.id if target else None, time.time(), kind, dumps(data)),
+            (self.episode_id, target.id if target else None, ts, kind, dumps(data)),
         )
+        if self.store.bus.active:
+            self.store.publish(TraceEvent(EventType.EVENT, self.episode_id, ts, target.id if target else None,
+                                          kind=kind, data=dict(data)))
 
     def decision(self, span: Span, record: dict[str, Any]) -> None:
         """Store one orchestrator decision attempt (the unit of training data)."""
@@ -157,19 +175,27 @@ class Tracer:
                 time.time(),
             ),
         )
+        if self.store.bus.active:
+            self.store.publish(TraceEvent(
+                EventType.DECISION, self.episode_id, time.time(), span.id, kind="decision",
+                name=str(record.get("schema_name") or ""), data={
+                    "seq": self._decision_seq, "attempt": record.get("attempt", 0), "model": record.get("model"),
+                    "action": record.get("action"), "error": record.get("error"), "valid": bool(record.get("valid")),
+                },
+            ))
 
 
 def _maybe_json(value: Any) -> str | None:
     return None if value is None else dumps(value)
 
 
-def _status_of(exc: BaseException) -> str:
+def _status_of(exc: BaseException) -> EpisodeStatus:
     from .._errors import BudgetExceededError
 
     if isinstance(exc, BudgetExceededError):
-        return "budget_exceeded"
+        return EpisodeStatus.BUDGET_EXCEEDED
     if isinstance(exc, (KeyboardInterrupt,)) or type(exc).__name__ == "CancelledError":
-        return "cancelled"
+        return EpisodeStatus.CANCELLED
     if isinstance(exc, TimeoutError):
-        return "timeout"
-    return "error"
+        return EpisodeStatus.TIMEOUT
+    return EpisodeStatus.ERROR
