@@ -11,16 +11,21 @@ import pytest
 
 from orchestrion import (
     Budget,
+    BudgetTracker,
     Completion,
     GenerateConfig,
+    Harness,
     Message,
     Pool,
+    Revision,
+    RunContext,
     ScriptedModel,
     ToolRegistry,
+    Tracer,
     TraceStore,
     solve,
 )
-from orchestrion.strategies._proactive_protocol import ProactiveAction, decision_schema
+from orchestrion.strategies._proactive_protocol import PausingSubAgent, ProactiveAction, decision_schema
 from tests.helpers import LookupTool, act
 
 
@@ -303,3 +308,23 @@ def test_decision_schema_pins_names_and_only_requires_action() -> None:
     bare = decision_schema(["delegate_task", "complete"], [], ["m1"], [])
     assert not {"target", "scope", "tools", "state"} & set(bare["properties"])
     assert ProactiveAction.model_validate({"action": "complete"}).answer is None
+
+
+async def test_a_stuck_agent_pauses_on_repeats_and_on_invalid_output_read_from_its_step_log(
+    store: TraceStore,
+) -> None:
+    same = act(action="tool", tool="lookup", input="x")
+    worker = ScriptedModel([same, same, same, same, same, "not json at all"] + ["still not json"] * 6, name="w")
+    ctx = RunContext(Pool.from_models([worker]), ToolRegistry([LookupTool()]), Tracer(store, "ep"), BudgetTracker())
+    agent = PausingSubAgent(ctx, Harness(instruction="find x", model="w", tools=["lookup"], step_budget=20),
+                            name="a1", stall=3)
+    report = await agent.run()
+    assert report.kind == "stop" and report.status.startswith("no progress") and agent.steps_used == 3
+    assert [s.kind for s in agent.log] == ["action", "tool_result"] * 3
+    # a revision resets the count: two more repeats are not enough to pause again
+    agent.revise(Revision(add_context="x is a letter"))
+    report = await agent.run()
+    assert agent.steps_used >= 6 and report.kind == "stop"
+    assert report.status == "no valid action after repairs" and "not json" in report.evidence
+    kinds = [s.kind for s in agent.log]
+    assert kinds[6] == "revision" and kinds[-1] == "invalid"

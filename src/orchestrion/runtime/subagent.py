@@ -20,6 +20,7 @@ from .context import RunContext
 from .protocol import Revision, SubAgentAction, narrow
 
 ReportKind = Literal["finish", "revise", "stop", "exhausted"]
+StepKind = Literal["action", "invalid", "tool_result", "revision"]
 
 
 @dataclass
@@ -55,6 +56,20 @@ class SubAgentReport:
         return "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class StepRecord:
+    """What happened in a sub-agent, as data (the history holds the same as prompt text).
+
+    ``action``: a valid action (``key`` = action, tool and input); ``invalid``: output that stayed
+    invalid after the repairs (``text`` = the raw output); ``tool_result``: a tool's feedback;
+    ``revision``: the orchestrator revised the harness. Strategies read this log, never the prompts.
+    """
+
+    kind: StepKind
+    text: str = ""
+    key: str = ""
+
+
 class SubAgent:
     """One worker agent with its own harness and history."""
 
@@ -63,6 +78,7 @@ class SubAgent:
         self.harness = harness
         self.name = name
         self.history: list[Message] = []
+        self.log: list[StepRecord] = []
         self.steps_used = 0
         self.revisions: list[Revision] = []
 
@@ -132,9 +148,11 @@ class SubAgent:
             raw = decision.attempts[-1]["output"]
             self.history.append(msg("assistant", raw))
             if act is None:
+                self.log.append(StepRecord("invalid", text=raw))
                 self.history.append(msg("user",
                                         f"Invalid action ({decision.error}). Reply with one valid JSON action."))
                 return None
+            self.log.append(StepRecord("action", text=raw, key=f"{act.action}|{act.tool}|{act.input}"))
             if act.action == "tool":
                 await self._tool(act)
                 return None
@@ -158,7 +176,9 @@ class SubAgent:
             return
         tool = self.ctx.tools.get(name)
         result = await self.ctx.call_tool(name, tool.args_from_input(act.input or ""), model=self.harness.model)
-        self.history.append(msg("user", f"Result of {name}: {result.feedback()}"))
+        text = f"Result of {name}: {result.feedback()}"
+        self.log.append(StepRecord("tool_result", text=text))
+        self.history.append(msg("user", text))
 
     def revise(self, revision: Revision) -> None:
         """Apply an orchestrator's revision to the live harness; history is kept."""
@@ -191,6 +211,7 @@ class SubAgent:
             h.model = revision.model
             notes.append(f"you now run on model {revision.model}")
         self.revisions.append(revision)
+        self.log.append(StepRecord("revision", text="; ".join(notes)))
         self.ctx.tracer.event("revision", {"agent": self.name, **revision.model_dump(mode="json")})
         self.history.append(msg("user",
                                 "Revision from the orchestrator: " + ("; ".join(notes) or "no change") + ". Continue."))

@@ -14,7 +14,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._text import extract_json
 from ..runtime.context import RunContext
 from ..runtime.protocol import narrow
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
@@ -84,15 +83,15 @@ class PausingSubAgent(SubAgent):
         report = await super()._step()
         if report is not None or self.stall <= 0:
             return report
-        last = self.history[-1]["content"] if self.history else ""
-        if last.startswith("Invalid action ("):
-            return self._pause("no valid action after repairs", self.history[-2]["content"])
+        last = self.log[-1] if self.log else None
+        if last is not None and last.kind == "invalid":
+            return self._pause("no valid action after repairs", last.text)
         keys: list[str] = []
-        for m in reversed(self.history):
-            if m["role"] == "user" and m["content"].startswith("Revision from the orchestrator"):
+        for step in reversed(self.log):
+            if step.kind == "revision":
                 break
-            if m["role"] == "assistant":
-                keys.append(action_key(m["content"]))
+            if step.kind == "action":
+                keys.append(step.key)
             if len(keys) == self.stall:
                 break
         if len(keys) == self.stall and len(set(keys)) == 1:
@@ -101,14 +100,3 @@ class PausingSubAgent(SubAgent):
 
     def _pause(self, status: str, evidence: str) -> SubAgentReport:
         return SubAgentReport("stop", self.name, status=status, evidence=evidence[:300], steps=self.steps_used)
-
-
-def action_key(raw: str) -> str:
-    """What makes two sub-agent actions the same: action, tool and input."""
-    try:
-        data = extract_json(raw)
-    except ValueError:
-        return raw.strip()
-    if not isinstance(data, dict):
-        return raw.strip()
-    return f"{data.get('action')}|{data.get('tool')}|{data.get('input')}"

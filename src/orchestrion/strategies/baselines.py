@@ -215,9 +215,7 @@ class ReAct(Strategy):
         ctx.budget.new_subagent()
         agent = SubAgent(ctx, harness, name="react")
         report = await agent.run()
-        tool_results = [
-            m["content"] for m in agent.history if m["role"] == "user" and m["content"].startswith("Result of ")
-        ]
+        tool_results = [step.text for step in agent.log if step.kind == "tool_result"]
         meta: dict[str, Any] = {"model": model, "ended": report.kind, "steps": agent.steps_used,
                                 "tool_calls": len(tool_results), "synthesized": False}
         if report.kind == "finish" and report.answer.strip():
