@@ -19,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from ..runtime.types import EpisodeStatus
 from ..trace.store import TraceStore
 
 
@@ -61,7 +62,7 @@ class DecisionRecord:
         """Its episode succeeded: ``correct`` is true, or it ended ok with a score of at least 0.5."""
         if self.correct is not None:
             return self.correct
-        return self.episode_status == "ok" and self.score is not None and self.score >= 0.5
+        return self.episode_status == EpisodeStatus.OK and self.score is not None and self.score >= 0.5
 
 
 def _json(value: Any) -> Any:

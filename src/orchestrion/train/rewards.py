@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .._errors import ConfigError, TraceError
 from .._text import load_yaml
+from ..runtime.types import EpisodeStatus
 from ..trace.store import TraceStore
 
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -268,7 +269,7 @@ def plan_usage(result: Mapping[str, Any], calls: list[dict[str, Any]], status: s
     or, for para, its calls. A result is *used* when its subtask ran ok and the episode ended ok
     (its synthesis read it); for spec only roles that feed a sink (or a sink itself) count,
     since the synthesis reads the sinks. None when the episode had no plan."""
-    done = status == "ok"
+    done = status == EpisodeStatus.OK
     if isinstance(result.get("milestones"), list):
         planned = sum(len(m.get("planned", [])) for m in result["milestones"])
         ok = sum(len(m.get("executed_ok", [])) for m in result["milestones"])
