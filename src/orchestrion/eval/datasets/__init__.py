@@ -4,10 +4,17 @@
 ``bigbench:/path/to/task.json``, ``humaneval``, ``jsonl:PATH`` or a path ending
 in ``.jsonl``. Task ids are stable across loads; ``limit`` keeps the first N
 (after a seeded shuffle when ``seed`` is given).
+
+A spec may end in ``@train`` or ``@test`` to select one side of a fixed split by example id:
+a task is on the train side when a hash of its id falls in the first :data:`TRAIN_SHARE` of the
+range. The split depends on nothing but the id (not on order, limit or seed), so examples used to
+train an orchestrator and examples used to evaluate it are disjoint by construction; each task's
+``metadata["split"]`` and the run's dataset spec record which side was used.
 """
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,14 +29,35 @@ from .jsonl import load_jsonl
 
 __all__ = [
     "NAMED_TASKS",
+    "SPLITS",
+    "TRAIN_SHARE",
     "Dataset",
     "DatasetInfo",
     "fetch_dataset",
     "list_datasets",
     "load_dataset",
+    "split_of",
 ]
 
-SPEC_HELP = "bigbench:TASK[/SUBTASK], bigbench:/path/task.json, humaneval, jsonl:PATH or a .jsonl path"
+SPEC_HELP = ("bigbench:TASK[/SUBTASK], bigbench:/path/task.json, humaneval, jsonl:PATH or a .jsonl path, "
+             "optionally ending in @train or @test")
+SPLITS = ("train", "test")
+TRAIN_SHARE = 0.7  # of each dataset's examples, by id hash
+
+
+def split_of(task_id: str) -> str:
+    """``train`` or ``test``: the fixed side of the split that example ``task_id`` is on."""
+    digest = hashlib.sha256(task_id.encode("utf-8")).digest()
+    return "train" if int.from_bytes(digest[:8], "big") < TRAIN_SHARE * 2**64 else "test"
+
+
+def _split_spec(spec: str) -> tuple[str, str | None]:
+    base, at, split = spec.strip().rpartition("@")
+    if not at or not split.isalpha():  # an '@' inside a path ("runs@v1.jsonl") is not a split
+        return spec.strip(), None
+    if split not in SPLITS:
+        raise ConfigError(f"dataset '{spec}': unknown split '@{split}'; use @train or @test (or no suffix)")
+    return base, split
 
 
 @dataclass
@@ -38,6 +66,7 @@ class Dataset:
     kind: str  # "bigbench" | "humaneval" | "jsonl"
     tasks: list[Task]
     scorer: Scorer
+    split: str | None = None  # "train" | "test" | None (every example)
 
 
 @dataclass
@@ -59,6 +88,8 @@ def _select(tasks: list[Task], limit: int | None, seed: int | None) -> list[Task
 
 def load_dataset(spec: str, *, limit: int | None = None, seed: int | None = None) -> Dataset:
     """Load the tasks ``spec`` names, with the scorer that grades them."""
+    full = spec
+    spec, split = _split_spec(spec)
     kind, _, ref = spec.strip().partition(":")
     if kind == "bigbench" and ref.strip():
         tasks, kind = load_bigbench(spec, ref.strip()), "bigbench"
@@ -70,7 +101,10 @@ def load_dataset(spec: str, *, limit: int | None = None, seed: int | None = None
         tasks, kind = load_jsonl(spec, Path(spec.strip()).expanduser()), "jsonl"
     else:
         raise ConfigError(f"unknown dataset '{spec}'; expected {SPEC_HELP}")
-    return Dataset(name=spec, kind=kind, tasks=_select(tasks, limit, seed), scorer=AutoScorer())
+    if split is not None:
+        tasks = [t.model_copy(update={"metadata": {**t.metadata, "split": split}})
+                 for t in tasks if split_of(t.id or t.prompt) == split]
+    return Dataset(name=full, kind=kind, tasks=_select(tasks, limit, seed), scorer=AutoScorer(), split=split)
 
 
 def list_datasets() -> list[DatasetInfo]:
