@@ -1,0 +1,323 @@
+"""Does learning pay? A SmolLM2-135M orchestrator distilled from the local pool's 1.5B one, then RL.
+
+The setting of the seeds at toy scale: the *teacher* is ``para`` with Qwen2.5-Coder-1.5B as its
+orchestrator on the ``local`` pool; the *student* is the same strategy and the same workers with
+SmolLM2-135M deciding, with no grammar (``structured: prompt``), so its valid-action rate measures
+what it learned. Stages, each recorded in ``OUT/state.json`` so that a rerun skips what is done
+and resumes an interrupted eval run (a session that stops mid-way loses at most one stage):
+
+1. ``teacher:T`` — the teacher on the *training* side (``@train``) of each training task;
+2. ``export`` / ``sft`` — its successful decisions (``orchestrion train export``) and a LoRA on
+   the student (``orchestrion train sft``);
+3. ``grpo`` / ``opod`` — RL from the SFT adapter (``orchestrion train grpo``) and OPOD on the SFT
+   student's own rollouts (``orchestrion train opod``); a failing stage is reported, not fatal;
+4. ``eval`` — every row below on the *held-out* side (``@test``) of each training task and on
+   tasks never trained on, once per seed: the seed draws which held-out examples are used
+   (decoding is greedy, so a seed that only changed sampling would change nothing).
+
+Rows: the student before training, after SFT, GRPO and OPOD; the teacher; ``direct`` on each
+pool model. Columns: accuracy (mean ± sd over seeds), valid-action rate (decision attempts
+that parsed), orchestrator tokens and seconds per episode (decision spans only), and compute
+cost per episode (local models are priced by CPU time). Writes ``OUT/learning.md`` and
+``OUT/learning.png``.
+
+    .venv/bin/python bench/learning.py --quick     # one task, one seed, SFT only: ~15 min here
+    .venv/bin/python bench/learning.py             # the default size (see SIZES)
+    .venv/bin/python bench/learning.py --seeds 1,2,3,4,5 --eval-limit 8 --out bench/out/learning-big
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
+from orchestrion.models.pool import PoolConfig
+from orchestrion.models.presets import LOCAL_MODELS, preset_config
+
+STUDENT, TEACHER = "smollm2-135m", "qwen2.5-coder-1.5b"
+SIZES: dict[str, dict[str, Any]] = {
+    "quick": {"train": ["arithmetic/3_digit_multiplication"], "unseen": ["arithmetic/5_digit_subtraction"],
+              "train_limit": 6, "eval_limit": 3, "seeds": [1], "sft_steps": 30, "methods": ["sft"]},
+    "default": {"train": ["arithmetic/3_digit_multiplication", "arithmetic/4_digit_addition"],
+                "unseen": ["arithmetic/5_digit_subtraction"], "train_limit": 10, "eval_limit": 3,
+                "seeds": [1, 2, 3], "sft_steps": 60, "methods": ["sft", "grpo", "opod"]},
+}
+OPTIONS: dict[str, Any] = {"max_rounds": 3}
+BUDGET = {"wall_s": 300}  # one stuck episode cannot eat the run; it is recorded as budget_exceeded
+
+
+class Bench:
+    def __init__(self, out: Path, size: dict[str, Any]) -> None:
+        self.out, self.size = out, size
+        out.mkdir(parents=True, exist_ok=True)
+        self.state_path = out / "state.json"
+        self.state: dict[str, Any] = json.loads(self.state_path.read_text()) if self.state_path.is_file() else {}
+        self.db = out / "traces.db"
+        self.store = TraceStore(self.db)
+
+    def save(self) -> None:
+        self.state_path.write_text(json.dumps(self.state, indent=1))
+
+    def log(self, line: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+    # -- pools ------------------------------------------------------------------------------
+    def student_pool_file(self) -> Path:
+        """The local pool with the student deciding, grammar off (``structured: prompt``)."""
+        path = self.out / "student_pool.yaml"
+        config = preset_config("local")
+        models = [dict(m, structured="prompt") if m["name"] == STUDENT else m
+                  for m in config["models"]]  # type: ignore[attr-defined]
+        path.write_text(yaml.safe_dump({**config, "models": models, "orchestrator": STUDENT}))
+        return path
+
+    def pool(self, row: str) -> Pool:
+        if row == "teacher":
+            return Pool.preset("local")
+        if row.startswith("direct:"):
+            spec = next(m for m in Pool.preset("local").config.models if m.name == row[7:])
+            return Pool(PoolConfig(models=[spec]), source=f"preset 'local', {spec.name} alone")
+        pool = Pool.from_yaml(self.student_pool_file())
+        adapter = self.state.get(f"adapter:{row.split(':', 1)[1]}") if ":" in row else None
+        return pool.with_orchestrator_adapter(adapter) if adapter else pool
+
+    # -- stages -----------------------------------------------------------------------------
+    async def eval_run(self, key: str, dataset: str, strategy: str, row: str, limit: int, seed: int) -> str:
+        """One eval run, resumed if it was started before; returns its run id."""
+        from orchestrion.eval.runner import Observer
+
+        config = EvalConfig(dataset=dataset, strategies=[strategy], limit=limit, seed=seed,
+                            options=OPTIONS if strategy == "para" else {}, budget=BUDGET, concurrency=1)
+        run_id = self.state.get(key)
+        if run_id is not None:
+            if self.store.runs_matching(run_id)[0]["status"] == "finished":
+                return str(run_id)
+            self.log(f"{key}: resuming run {run_id}")
+            return (await run_eval(config, self.store, resume=run_id, pool=lambda: self.pool(row))).run_id
+
+        bench = self
+
+        class Remember(Observer):
+            def started(self, run_id: str, tally: Any, resumed: bool) -> None:
+                bench.state[key] = run_id
+                bench.save()
+                bench.log(f"{key}: run {run_id} ({tally.total} episodes)")
+
+        started = time.perf_counter()
+        result = await run_eval(config, self.store, pool=lambda: self.pool(row), observer=Remember())
+        self.log(f"{key}: done in {time.perf_counter() - started:.0f}s")
+        return result.run_id
+
+    def cli(self, key: str, args: list[str]) -> bool:
+        """One ``orchestrion`` command, once; False (and the reason kept) when it fails."""
+        if self.state.get(key) == "done":
+            return True
+        self.log(f"{key}: orchestrion {' '.join(args)}")
+        exe = Path(sys.executable).with_name("orchestrion")
+        proc = subprocess.run([str(exe), *args], capture_output=True, text=True,
+                              env={**os.environ, "ORCHESTRION_DB": str(self.db)})
+        (self.out / f"{key.replace(':', '_')}.log").write_text(proc.stdout + proc.stderr)
+        if proc.returncode != 0:
+            reason = (proc.stderr.strip().splitlines() or ["exit " + str(proc.returncode)])[-1]
+            self.state[f"failed:{key}"] = reason
+            self.save()
+            self.log(f"{key}: failed: {reason}")
+            return False
+        self.state[key] = "done"
+        self.state.pop(f"failed:{key}", None)
+        self.save()
+        return True
+
+    async def teach_and_train(self) -> None:
+        data = self.out / "sft_data"
+        for task in self.size["train"]:
+            await self.eval_run(f"teacher:{task}", f"bigbench:{task}@train", "para", "teacher",
+                                self.size["train_limit"], 7)
+        if not (data / "train.jsonl").is_file():
+            parts = []
+            for task in self.size["train"]:
+                part = self.out / f"export_{task.replace('/', '_')}"
+                if self.cli(f"export:{task}", ["train", "export", "--run", self.state[f"teacher:{task}"],
+                                                "--out", str(part)]):
+                    parts.append(part / "train.jsonl")
+            data.mkdir(exist_ok=True)
+            (data / "train.jsonl").write_text("".join(p.read_text() for p in parts if p.is_file()))
+        rows = sum(1 for _ in (data / "train.jsonl").open())
+        self.log(f"sft data: {rows} decisions")
+        methods = self.size["methods"]
+        if "sft" in methods and self.cli("sft", ["train", "sft", "--data", str(data), "--out",
+                                                 str(self.out / "sft"), "--steps", str(self.size["sft_steps"])]):
+            self.state["adapter:sft"] = str(self.out / "sft")
+        sft = self.state.get("adapter:sft")
+        if sft and "grpo" in methods:
+            task = self.size["train"][0]
+            if self.cli("grpo", ["train", "grpo", "--dataset", f"bigbench:{task}@train", "--limit", "4",
+                                 "--group", "4", "--steps", "3", "--pool", str(self.student_pool_file()),
+                                 "--adapter", sft, "--out", str(self.out / "grpo"), "--set", "max_rounds=3"]):
+                self.state["adapter:grpo"] = str(self.out / "grpo")
+        if sft and "opod" in methods:
+            task = self.size["train"][0]
+            run = await self.eval_run("student-rollouts", f"bigbench:{task}@train", "para", "student:sft",
+                                      self.size["train_limit"], 11)
+            if self.cli("opod", ["train", "opod", "--run", run, "--adapter", sft, "--steps", "4",
+                                 "--pool", str(self.student_pool_file()), "--out", str(self.out / "opod")]):
+                self.state["adapter:opod"] = str(self.out / "opod")
+        self.save()
+
+    def rows(self) -> list[tuple[str, str]]:
+        """(row key, strategy) in table order; trained rows only where training succeeded."""
+        out = [("student:base", "para")]
+        out += [(f"student:{m}", "para") for m in self.size["methods"] if self.state.get(f"adapter:{m}")]
+        out.append(("teacher", "para"))
+        out += [(f"direct:{name}", "direct") for name in LOCAL_MODELS]
+        return out
+
+    def datasets(self) -> list[tuple[str, str]]:
+        return ([(f"bigbench:{t}@test", "held-out") for t in self.size["train"]]
+                + [(f"bigbench:{t}@test", "unseen task") for t in self.size["unseen"]])
+
+    async def evaluate(self) -> None:
+        for seed in self.size["seeds"]:
+            for dataset, _ in self.datasets():
+                for row, strategy in self.rows():
+                    await self.eval_run(f"eval:{row}:{dataset}:{seed}", dataset, strategy, row,
+                                        self.size["eval_limit"], seed)
+
+
+# -- the table -----------------------------------------------------------------------------
+def run_metrics(store: TraceStore, run_id: str) -> dict[str, float | None]:
+    """Accuracy, valid-action rate, orchestrator tokens and seconds per episode, cost per episode."""
+    summary = summarize(store, run_id)[0]
+    episodes = [e for e in store.episodes(run_id=run_id) if e["finished"]]
+    ids = [e["id"] for e in episodes]
+    valid = store.decision_validity(ids)
+    tokens = seconds = 0.0
+    for eid in ids:
+        for span in store.spans(eid, kinds=("decision",), attrs=False):
+            tokens += span["input_tokens"] + span["output_tokens"]
+            seconds += (span["ended"] or span["started"]) - span["started"]
+    n = max(1, len(ids))
+    return {"accuracy": summary.accuracy, "valid": sum(valid) / len(valid) if valid else None,
+            "orch_tokens": tokens / n, "orch_s": seconds / n, "wall_s": summary.mean_wall_s,
+            "cost": None if summary.cost_usd is None else summary.cost_usd / n, "n": float(len(ids))}
+
+
+def _mean_sd(values: list[float]) -> str:
+    if not values:
+        return "-"
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.2f} ± {sd:.2f}"
+
+
+def _mean(values: list[float | None], fmt: str) -> str:
+    kept = [v for v in values if v is not None]
+    return format(statistics.mean(kept), fmt) if kept else "-"
+
+
+def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
+    lines = [f"seeds {bench.size['seeds']}, {bench.size['eval_limit']} held-out examples per task and seed; "
+             "accuracy is the mean ± sd over seeds of each seed's mean over tasks\n"]
+    curves: dict[str, dict[str, list[float]]] = {}
+    for group in ("held-out", "unseen task"):
+        sets = [d for d, g in bench.datasets() if g == group]
+        lines += [f"\n**{group}** ({', '.join(d.split(':', 1)[1] for d in sets)})\n",
+                  "| row | accuracy (mean ± sd over seeds) | valid actions | orchestrator tokens/ep "
+                  "| orchestrator s/ep | s/ep | $/ep (compute) | episodes |", "|---|---|---|---|---|---|---|---|"]
+        for row, _ in bench.rows():
+            per_seed, metrics = [], []
+            for seed in bench.size["seeds"]:
+                runs = [bench.state.get(f"eval:{row}:{d}:{seed}") for d in sets]
+                if not all(runs):
+                    continue
+                ms = [run_metrics(bench.store, str(r)) for r in runs]
+                per_seed.append(statistics.mean(float(m["accuracy"] or 0.0) for m in ms))
+                metrics += ms
+            curves.setdefault(group, {})[row] = per_seed
+            if not metrics:
+                lines.append(f"| {row} | not run | | | | | | |")
+                continue
+            direct = row.startswith("direct:")
+            lines.append(
+                f"| {row} | {_mean_sd(per_seed)} | {'-' if direct else _mean([m['valid'] for m in metrics], '.3f')} "
+                f"| {'-' if direct else _mean([m['orch_tokens'] for m in metrics], '.0f')} "
+                f"| {'-' if direct else _mean([m['orch_s'] for m in metrics], '.1f')} "
+                f"| {_mean([m['wall_s'] for m in metrics], '.1f')} | {_mean([m['cost'] for m in metrics], '.6f')} "
+                f"| {int(sum(float(m['n'] or 0) for m in metrics))} |")
+    failed = {k: v for k, v in bench.state.items() if k.startswith("failed:")}
+    if failed:
+        lines.append("\nStages that failed: " + "; ".join(f"`{k[7:]}`: {v}" for k, v in failed.items()))
+    return "\n".join(lines), curves
+
+
+def plot(curves: dict[str, dict[str, list[float]]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for group, rows in curves.items():
+        stages = [r for r in rows if r.startswith("student:") and rows[r]]
+        xs = list(range(len(stages)))
+        ys = [statistics.mean(rows[s]) for s in stages]
+        sds = [statistics.stdev(rows[s]) if len(rows[s]) > 1 else 0.0 for s in stages]
+        line = ax.errorbar(xs, ys, yerr=sds, marker="o", capsize=3, label=f"student, {group}")
+        if rows.get("teacher"):
+            ax.axhline(statistics.mean(rows["teacher"]), linestyle="--", color=line[0].get_color(),
+                       label=f"teacher (1.5B), {group}")
+        ax.set_xticks(xs, [s.split(":", 1)[1] for s in stages])
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_ylabel("accuracy")
+    ax.set_xlabel("student orchestrator (SmolLM2-135M) after each stage")
+    ax.set_title("Learning curve: student vs teacher orchestrator on the local pool")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="one task, one seed, SFT only (~15 min here)")
+    ap.add_argument("--out", type=Path, default=None, help="output folder (default bench/out/learning[-quick])")
+    ap.add_argument("--seeds", help="comma-separated held-out sampling seeds")
+    ap.add_argument("--eval-limit", type=int, help="held-out examples per task and seed")
+    ap.add_argument("--train-limit", type=int, help="teacher episodes per training task")
+    ap.add_argument("--methods", help="comma-separated subset of sft,grpo,opod")
+    ap.add_argument("--table-only", action="store_true", help="print the table from what is recorded")
+    args = ap.parse_args()
+    size = dict(SIZES["quick" if args.quick else "default"])
+    if args.seeds:
+        size["seeds"] = [int(s) for s in args.seeds.split(",")]
+    for key in ("eval_limit", "train_limit"):
+        if getattr(args, key) is not None:
+            size[key] = getattr(args, key)
+    if args.methods:
+        size["methods"] = args.methods.split(",")
+    out = args.out or Path("bench/out") / ("learning-quick" if args.quick else "learning")
+    bench = Bench(out, size)
+    if not args.table_only:
+        await bench.teach_and_train()
+        await bench.evaluate()
+    text, curves = table(bench)
+    (out / "learning.md").write_text(text + "\n")
+    plot(curves, out / "learning.png")
+    print(text)
+    print(f"\n(written to {out / 'learning.md'} and {out / 'learning.png'})", file=sys.stderr)
+    bench.store.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
