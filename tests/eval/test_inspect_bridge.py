@@ -93,6 +93,46 @@ def test_inspect_eval_scores_follow_the_scripted_answers(offline: list[Any], sto
         task_json = orjson.loads(row["task"])
         assert task_json["prompt"] == sample.input and task_json["answer"] == sample.target
     assert len(store.query("SELECT id FROM episodes WHERE run_id = 'inspect-run'")) == 4
+    check_model_events_and_params(log, store)
+
+
+def check_model_events_and_params(log: Any, store: TraceStore) -> None:
+    """The log on disk (what `inspect view` reads) has each episode's model calls as model events with
+    usage and times, the eval's and samples' model_usage add them up, and the plan shows the
+    solver's parameters by value."""
+    from inspect_ai.event import InfoEvent, ModelEvent
+    from inspect_ai.log import read_eval_log
+
+    written = read_eval_log(log.location)
+    assert written.samples is not None
+    total_in = total_out = 0
+    for sample in written.samples:
+        trace_id = sample.metadata["orchestrion"]["trace_id"]
+        calls = store.spans(trace_id, kinds=["call"])
+        events = [e for e in sample.events if isinstance(e, ModelEvent)]
+        assert len(events) == len(calls) >= 1
+        for event, call in zip(events, calls):
+            assert event.model == "orchestrion/calc" and event.output.usage is not None
+            assert event.output.usage.input_tokens == call["input_tokens"] > 0
+            assert event.output.usage.output_tokens == call["output_tokens"] > 0
+            assert event.output.completion == sample.output.completion  # direct: one call, its text is the answer
+            assert event.input and sample.input in event.input[-1].text
+            assert event.completed is not None and event.completed >= event.timestamp
+            assert event.metadata is not None and event.metadata["orchestrion_span_id"] == call["id"]
+        infos = [e for e in sample.events if isinstance(e, InfoEvent) and e.source == "orchestrion"]
+        assert [i.data["orchestrion_trace_id"] for i in infos] == [trace_id]  # type: ignore[index]
+        usage = sample.model_usage["orchestrion/calc"]
+        assert usage.input_tokens == sample.metadata["orchestrion"]["input_tokens"]
+        total_in += usage.input_tokens
+        total_out += usage.output_tokens
+    stats = written.stats.model_usage["orchestrion/calc"]
+    assert stats.input_tokens == total_in > 0 and stats.output_tokens == total_out > 0
+    assert stats.total_tokens == total_in + total_out
+    [step] = written.plan.steps
+    assert step.params["strategy"] == "direct" and step.params["pool"] == "<in-memory>"
+    assert step.params["models"] == ["calc"] and step.params["run_id"] == "inspect-run"
+    assert step.params["store"] == str(store.path) and step.params["options"] == {}
+    assert step.params_passed == step.params
 
 
 def test_missing_inspect_ai_is_a_config_error_with_the_install_command(monkeypatch: pytest.MonkeyPatch) -> None:

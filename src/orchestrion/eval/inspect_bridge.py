@@ -17,13 +17,24 @@ The episode is traced in Orchestrion's store as usual; the sample gets the answe
 as its output (and an assistant message), token usage on the output, and
 ``metadata["orchestrion"]`` (also in the sample store) with the strategy, status,
 trace id, tokens, dollar cost (``None`` = unknown) and wall time.
+
+Every model call of the episode is also logged in the sample's transcript as an inspect
+``ModelEvent`` (model ``orchestrion/<pool model>``, the messages, the output, usage, start
+time and duration) and counted in the sample's and the eval's ``model_usage``, so
+``inspect view`` shows the calls, their tokens and their time. An ``InfoEvent`` names the
+episode's trace id. The solver's parameters are logged by value: strategy name, pool
+source and models, options, budget, tool names, trace store path and run id.
 """
 
 from __future__ import annotations
 
 import functools
+import time
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from .._errors import ConfigError
 from ..api import load_pool, solve
@@ -37,6 +48,8 @@ from ..trace.store import TraceStore
 if TYPE_CHECKING:
     from inspect_ai.solver import Solver, TaskState
 
+# where inspect_ai keeps a solver's parameters for the log's plan (``params_passed`` and ``params``)
+_PARAM_ATTRIBUTES = ("__registry_params__", "__solver_all_params__")
 INSTALL_HINT = "the inspect_ai bridge needs inspect_ai; install it with `pip install 'orchestrion[inspect]'`"
 
 
@@ -61,7 +74,16 @@ def orchestrion_solver(
     factory = _solver_factory()
     the_strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy  # unknown names fail now
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
-    solver: Solver = factory(the_strategy, load_pool(pool), tools, the_store, dict(options or {}), budget, run_id)
+    the_pool = load_pool(pool)
+    solver: Solver = factory(the_strategy, the_pool, tools, the_store, dict(options or {}), budget, run_id)
+    # the eval log's plan shows what the solver was given, by value (not "Pool" / "TraceStore")
+    params = {
+        "strategy": the_strategy.name, "pool": the_pool.source, "models": the_pool.names,
+        "options": dict(options or {}), "budget": None if budget is None else budget.model_dump(exclude_none=True),
+        "tools": None if tools is None else tools.names, "store": str(the_store.path), "run_id": run_id,
+    }
+    for attribute in _PARAM_ATTRIBUTES:
+        setattr(solver, attribute, dict(params))
     return solver
 
 
@@ -73,6 +95,7 @@ def _solver_factory() -> Any:
         from inspect_ai.solver import Generate, solver
     except ImportError:
         raise ConfigError(INSTALL_HINT) from None
+    log_calls = _call_logger()
 
     @solver(name="orchestrion")
     def orchestrion(
@@ -106,6 +129,7 @@ def _solver_factory() -> Any:
             }
             state.metadata["orchestrion"] = record
             state.store.set("orchestrion", record)
+            log_calls(store, result.trace_id, strategy.name)
             return state
 
         return run
@@ -123,3 +147,63 @@ def _task_of(state: TaskState) -> Task:
     choices = [c.value for c in state.choices] or None
     return Task(prompt=state.input_text, id=str(state.sample_id), answer=targets[0] if targets else None,
                 choices=choices, metadata=metadata)
+
+
+def _call_logger() -> Any:
+    """A function that logs an episode's model calls into the current inspect sample (see the module doc)."""
+    from datetime import datetime
+
+    from inspect_ai._util.working import sample_working_time
+    from inspect_ai.event import ModelEvent
+    from inspect_ai.log import transcript
+    from inspect_ai.model import (
+        ChatMessage,
+        ChatMessageAssistant,
+        ChatMessageSystem,
+        ChatMessageUser,
+        GenerateConfig,
+        ModelOutput,
+        ModelUsage,
+    )
+    from inspect_ai.model._model import model_usage, sample_model_usage, set_model_usage
+
+    def message(m: dict[str, Any]) -> ChatMessage:
+        content = str(m.get("content") or "")
+        role = m.get("role")
+        if role == "system":
+            return ChatMessageSystem(content=content)
+        if role == "assistant":
+            return ChatMessageAssistant(content=content)
+        return ChatMessageUser(content=content)
+
+    def log_calls(store: TraceStore, trace_id: str, strategy: str) -> None:
+        transcript().info({"orchestrion_trace_id": trace_id, "strategy": strategy, "store": str(store.path)},
+                          source="orchestrion")
+        now = time.time()
+        for span in store.spans(trace_id, kinds=["call"]):
+            attrs = orjson.loads(span["attrs"]) if span.get("attrs") else {}
+            name = f"orchestrion/{span['name']}"
+            started, ended = float(span["started"]), float(span.get("ended") or span["started"])
+            cost = span.get("cost_usd")
+            tokens_in, tokens_out = int(span["input_tokens"] or 0), int(span["output_tokens"] or 0)
+            usage = ModelUsage(input_tokens=tokens_in, output_tokens=tokens_out, total_tokens=tokens_in + tokens_out,
+                               total_cost=None if cost is None else float(cost))
+            output = ModelOutput.from_content(model=name, content=str(attrs.get("output") or ""),
+                                              stop_reason="max_tokens" if attrs.get("finish_reason") == "length"
+                                              else "stop")
+            output.usage, output.time = usage, ended - started
+            event = ModelEvent(
+                model=name, role=str(attrs.get("purpose") or "") or None,
+                input=[message(m) for m in attrs.get("messages") or [] if isinstance(m, dict)],
+                tools=[], tool_choice="none", config=GenerateConfig(), output=output,
+                error=None if span["status"] == "ok" else str(attrs.get("error") or span["status"]),
+                timestamp=datetime.fromtimestamp(started, UTC),
+                completed=datetime.fromtimestamp(ended, UTC), working_time=ended - started,
+                working_start=max(0.0, sample_working_time() - (now - started)),
+                metadata={"orchestrion_span_id": span["id"], "orchestrion_trace_id": trace_id},
+            )
+            transcript()._event(event)  # how inspect_ai itself appends events
+            for totals in (sample_model_usage(), model_usage()):  # the sample's and the eval's model_usage
+                set_model_usage(name, usage.model_copy(), totals)
+
+    return log_calls

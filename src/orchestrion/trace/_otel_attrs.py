@@ -1,0 +1,193 @@
+"""How one stored span reads as an OpenTelemetry span: its name and attributes.
+
+The attributes follow the OpenTelemetry GenAI semantic conventions where one applies:
+
+- the episode is an ``invoke_workflow`` span (``gen_ai.workflow.name`` = the strategy);
+- a model call (``call``) is a ``chat`` span: ``gen_ai.request.model``, ``gen_ai.response.model``,
+  ``gen_ai.usage.input_tokens`` / ``output_tokens``, ``gen_ai.response.finish_reasons`` and, unless
+  ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=false``, ``gen_ai.input.messages`` /
+  ``gen_ai.output.messages``;
+- a tool call is an ``execute_tool`` span, an agent tool or sub-agent an ``invoke_agent`` span;
+- rounds, decisions, plan nodes, sub-agent steps and synthesis are plain internal spans.
+
+Token usage sits as ``gen_ai.usage.*`` on model-call spans only, so a backend that sums tokens
+over a trace counts each call once. Every span also carries Orchestrion's own view:
+``orchestrion.kind``, ``orchestrion.episode_id``, ``orchestrion.span_id``, ``orchestrion.run_id``,
+``orchestrion.status``, the subtree's rolled-up ``orchestrion.input_tokens`` /
+``orchestrion.output_tokens``, ``orchestrion.cost_usd`` (absent when unknown) and
+``orchestrion.cost_units``. ``openinference.span.kind`` names the span's role for Phoenix.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import orjson
+
+MAX_TEXT = 16_000  # characters kept of any one text attribute
+
+# Orchestrion span kind -> (gen_ai.operation.name or None, openinference.span.kind)
+_ROLES: dict[str, tuple[str | None, str]] = {
+    "episode": ("invoke_workflow", "CHAIN"),
+    "call": ("chat", "LLM"),
+    "tool": ("execute_tool", "TOOL"),
+    "agent": ("invoke_agent", "AGENT"),
+    "subagent": ("invoke_agent", "AGENT"),
+}
+
+Attributes = dict[str, str | bool | int | float | list[str]]
+
+
+def capture_content() -> bool:
+    """Whether prompts and outputs go into the spans (the GenAI convention's opt-out variable)."""
+    value = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "true")
+    return value.strip().lower() not in ("false", "0", "no")
+
+
+def _text(value: Any) -> str:
+    text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+    return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
+
+
+def decoded_attrs(row: dict[str, Any]) -> dict[str, Any]:
+    raw = row.get("attrs")
+    if not raw:
+        return {}
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def span_name(row: dict[str, Any], attrs: dict[str, Any]) -> str:
+    """``{operation} {target}`` for GenAI operations (the convention), ``{kind} {name}`` otherwise."""
+    kind, name = str(row.get("kind") or "span"), str(row.get("name") or "")
+    if kind == "episode":
+        return f"invoke_workflow {name}".strip()
+    if kind == "call":
+        return f"chat {name}".strip()
+    if kind == "tool":
+        return f"execute_tool {attrs.get('tool') or name}".strip()
+    if kind in ("agent", "subagent"):
+        return f"invoke_agent {attrs.get('tool') or name}".strip()
+    return name if name.startswith(kind) else f"{kind} {name}".strip()  # "round 1", not "round round 1"
+
+
+def span_attributes(row: dict[str, Any], attrs: dict[str, Any], episode: dict[str, Any], *,
+                    provider: str, content: bool) -> Attributes:
+    """Every attribute of one exported span (see the module docstring)."""
+    kind = str(row.get("kind") or "span")
+    operation, oi_kind = _ROLES.get(kind, (None, "CHAIN"))
+    out: Attributes = {"openinference.span.kind": oi_kind}
+    if operation is not None:
+        out["gen_ai.operation.name"] = operation
+        out["gen_ai.provider.name"] = provider
+        out["gen_ai.system"] = provider  # the older name of the same attribute; many backends still read it
+    out.update(_orchestrion_attrs(row, episode))
+    if kind == "episode":
+        out["gen_ai.workflow.name"] = str(row.get("name") or "")
+        if content:
+            out["input.value"] = _text(attrs.get("task") or _task_prompt(episode))
+            out["output.value"] = _text(attrs.get("answer") or episode.get("answer") or "")
+    elif kind == "call":
+        out.update(_call_attrs(row, attrs, content))
+    elif kind == "tool":
+        out["gen_ai.tool.name"] = str(attrs.get("tool") or row.get("name") or "")
+        out["gen_ai.tool.type"] = "function"
+        out["gen_ai.tool.call.id"] = str(row["id"])
+        if content:
+            out.update(_io_attrs(attrs, "gen_ai.tool.call.arguments", "gen_ai.tool.call.result"))
+    elif kind in ("agent", "subagent"):
+        out["gen_ai.agent.name"] = str(attrs.get("tool") or row.get("name") or "")
+        out["gen_ai.agent.id"] = str(row["id"])
+        if attrs.get("model"):
+            out["gen_ai.request.model"] = str(attrs["model"])
+        if content:
+            out.update(_io_attrs(attrs, "input.value", "output.value", instruction=attrs.get("instruction")))
+    elif kind == "decision":
+        for key in ("model", "schema", "valid", "attempts"):
+            if isinstance(attrs.get(key), (str, bool, int, float)):
+                out[f"orchestrion.decision.{key}"] = attrs[key]
+    status = str(row.get("status") or "running")
+    if status not in ("ok", "running"):
+        out["error.type"] = status
+    return out
+
+
+def _orchestrion_attrs(row: dict[str, Any], episode: dict[str, Any]) -> Attributes:
+    out: Attributes = {
+        "orchestrion.kind": str(row.get("kind") or ""),
+        "orchestrion.name": str(row.get("name") or ""),
+        "orchestrion.span_id": str(row["id"]),
+        "orchestrion.episode_id": str(episode["id"]),
+        "orchestrion.status": str(row.get("status") or "running"),
+        "orchestrion.input_tokens": int(row.get("input_tokens") or 0),
+        "orchestrion.output_tokens": int(row.get("output_tokens") or 0),
+        "orchestrion.cost_units": float(row.get("cost_units") or 0.0),
+    }
+    if row.get("parent_id"):
+        out["orchestrion.parent_span_id"] = str(row["parent_id"])
+    if row.get("cost_usd") is not None:  # unknown prices stay unknown: no attribute, never 0
+        out["orchestrion.cost_usd"] = float(row["cost_usd"])
+    for key in ("run_id", "task_id", "strategy"):
+        if episode.get(key):
+            out[f"orchestrion.{key}"] = str(episode[key])
+    return out
+
+
+def _call_attrs(row: dict[str, Any], attrs: dict[str, Any], content: bool) -> Attributes:
+    model = str(row.get("name") or "")
+    out: Attributes = {
+        "gen_ai.request.model": model,
+        "gen_ai.response.model": model,
+        "gen_ai.usage.input_tokens": int(row.get("input_tokens") or 0),
+        "gen_ai.usage.output_tokens": int(row.get("output_tokens") or 0),
+    }
+    if attrs.get("purpose"):
+        out["orchestrion.purpose"] = str(attrs["purpose"])
+    if attrs.get("finish_reason"):
+        out["gen_ai.response.finish_reasons"] = [str(attrs["finish_reason"])]
+    if content:
+        messages = attrs.get("messages")
+        if isinstance(messages, list):
+            out["gen_ai.input.messages"] = _messages(messages)
+        if attrs.get("output") is not None:
+            reply = {"role": "assistant", "parts": [{"type": "text", "content": _text(attrs["output"])}],
+                     "finish_reason": str(attrs.get("finish_reason") or "stop")}
+            out["gen_ai.output.messages"] = orjson.dumps([reply]).decode()
+    return out
+
+
+def _messages(messages: list[Any]) -> str:
+    """Chat messages in the convention's shape: role plus a list of typed parts."""
+    shaped = [
+        {"role": str(m.get("role", "user")), "parts": [{"type": "text", "content": _text(m.get("content") or "")}]}
+        for m in messages if isinstance(m, dict)
+    ]
+    return orjson.dumps(shaped).decode()
+
+
+def _io_attrs(attrs: dict[str, Any], input_key: str, output_key: str, *, instruction: Any = None) -> Attributes:
+    out: Attributes = {}
+    given = attrs.get("args") if attrs.get("args") is not None else instruction
+    if given is not None:
+        out[input_key] = _text(given)
+    if attrs.get("output") is not None:
+        out[output_key] = _text(attrs["output"])
+    if attrs.get("error"):
+        out["orchestrion.error"] = _text(attrs["error"])
+    return out
+
+
+def _task_prompt(episode: dict[str, Any]) -> str:
+    raw = episode.get("task")
+    if isinstance(raw, str):
+        try:
+            task = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return raw
+        if isinstance(task, dict):
+            return str(task.get("prompt") or "")
+    return ""
