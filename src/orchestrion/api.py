@@ -21,6 +21,7 @@ from .models.pool import Pool
 from .runtime.budget import Budget, BudgetTracker
 from .runtime.context import RunContext
 from .runtime.options import episode_options
+from .runtime.synthesis import conform_answer
 from .runtime.types import EpisodeStatus, Task
 from .strategies.base import Strategy, get_strategy
 from .tools.defaults import default_tools
@@ -104,6 +105,7 @@ async def solve(
     run_id: str | None = None,
     epoch: int = 0,
     scorer: EpisodeScorer | None = None,
+    episode_id: str | None = None,
 ) -> EpisodeResult:
     """Solve one task with one strategy; the episode is fully traced.
 
@@ -111,7 +113,10 @@ async def solve(
     dict it returns is merged into the top level of the episode meta by the same
     update that marks the episode finished, so a scored episode is never half-written.
     A scorer that raises gives ``score`` 0 and ``score_error``. Cancelled episodes
-    are not scored.
+    are not scored. A pool or store given by name (or left to the default) is opened here and
+    closed before returning; pass :class:`Pool` / :class:`TraceStore` objects to reuse them.
+    ``episode_id`` (default: a new id) lets a caller subscribe to the
+    episode's trace events (``store.bus.subscribe(episode_id)``) before it starts.
     """
     the_task = task if isinstance(task, Task) else Task(prompt=task)
     the_strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
@@ -122,7 +127,7 @@ async def solve(
                                the_pool.source, options)
     opts = settings.model_dump(mode="json", exclude_unset=True)
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
-    episode_id = new_id()
+    episode_id = episode_id or new_id()
     tracer = Tracer(the_store, episode_id)
     tracker = BudgetTracker(budget)
     ctx = RunContext(the_pool, tools or default_tools(), tracer, tracker, settings)
@@ -139,7 +144,8 @@ async def solve(
     try:
         async with asyncio.timeout(tracker.budget.wall_s):
             result = await the_strategy.solve(the_task, ctx)
-        answer, status, meta = result.text, result.status, result.meta
+            answer, status, meta = result.text, result.status, result.meta
+            answer = await conform_answer(the_task.prompt, answer, ctx)  # the format a caller's AnswerChannel asks
     except BudgetExceededError as exc:
         status, error = EpisodeStatus.BUDGET_EXCEEDED, str(exc)
     except TimeoutError:
@@ -165,6 +171,10 @@ async def solve(
         the_store.finish_episode(episode_id, status=status, answer=answer, error=error, ended=ended, usage=usage,
                                  meta_patch={**scored, "result": meta})
         await asyncio.shield(the_store.aflush())
+        if not isinstance(pool, Pool):  # solve built this pool: it closes it (HTTP sessions, model handles)
+            await the_pool.aclose()
+        if not isinstance(store, TraceStore):  # and this store (everything is committed above)
+            await asyncio.to_thread(the_store.close)
     return EpisodeResult(answer, status, the_strategy.name, usage, ended - started, episode_id, error, meta)
 
 

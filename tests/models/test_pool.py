@@ -152,3 +152,24 @@ def test_a_pool_file_named_like_a_preset_wins(tmp_path: Path, monkeypatch: pytes
     monkeypatch.chdir(tmp_path)
     (tmp_path / "local").write_text(GOOD)
     assert Pool.resolve("local").names == ["qwen", "big"]
+
+
+@pytest.mark.integration
+async def test_structured_prompt_turns_the_llama_cpp_grammar_off(tmp_path: Path) -> None:
+    from orchestrion.models.llama_cpp import find_smollm2_gguf
+
+    path = tmp_path / "pool.yaml"
+    body = "models:\n" + "".join(
+        f"  - name: {name}\n    backend: llama-cpp\n    path: {find_smollm2_gguf()}\n    price: {{input_per_mtok: 0, "
+        f"output_per_mtok: 0}}\n" + (f"    structured: {mode}\n" if mode else "")
+        for name, mode in (("free", "prompt"), ("forced", None))
+    )
+    path.write_text(body, encoding="utf-8")
+    pool = Pool.from_yaml(path)
+    assert not pool.get("free").constrains_json and pool.get("forced").constrains_json
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    cfg = GenerateConfig(max_tokens=24, json_schema=schema)
+    msgs = [{"role": "user", "content": "Say hello in French."}]
+    forced = await pool.complete("forced", msgs, cfg)  # type: ignore[arg-type]
+    free = await pool.complete("free", msgs, cfg)  # type: ignore[arg-type]
+    assert forced.structured_mode == "grammar" and free.structured_mode is None

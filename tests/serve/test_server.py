@@ -151,10 +151,15 @@ def test_stream_sends_progress_as_it_happens_then_the_answer(store: TraceStore) 
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "5"
     content_at = [i for i, c in enumerate(chunks) if c.choices and c.choices[0].delta.content]
     progress_at = [i for i, c in enumerate(chunks) if "progress" in ext(c)]
-    assert progress_at and content_at and max(progress_at) < content_at[0]
+    assert progress_at and content_at and progress_at[0] < content_at[0]
     # live, not batched at the end: 4 model calls of 0.3 s each lie between the first progress and the answer
     assert seen[content_at[0]][0] - seen[progress_at[0]][0] > 0.5
     progress = [ext(chunks[i])["progress"] for i in progress_at]
+    # after the answer's first token, only the answer's own spans (synthesis and its call) still end
+    answer_ids = {p["span_id"] for p in progress if p["kind"] == "answer"}
+    late = [ext(chunks[i])["progress"] for i in progress_at if i > content_at[0]]
+    assert answer_ids and all(p["event"] == "end" and (p["span_id"] in answer_ids or p["parent_id"] in answer_ids)
+                              for p in late)
     assert {"round", "decision", "call", "tool", "agent"} <= {p["kind"] for p in progress}
     starts = {p["span_id"] for p in progress if p["event"] == "start"}
     ends = [p for p in progress if p["event"] == "end"]
@@ -209,10 +214,10 @@ def test_task_prompt_of_a_single_message_is_its_text() -> None:
 
 
 # -- budgets and extension fields ------------------------------------------------------------
-def test_max_tokens_is_the_episode_budget_and_a_stop_on_it_is_length(store: TraceStore) -> None:
+def test_the_episode_budget_is_its_own_field_and_a_stop_on_it_is_length(store: TraceStore) -> None:
     with serving(para_pool(), store) as url:
         raw = client(url).chat.completions.with_raw_response.create(
-            model="orchestrion/para", messages=ASK, max_tokens=5)
+            model="orchestrion/para", messages=ASK, extra_body={"orchestrion": {"budget": {"tokens": 5}}})
     done = raw.parse()
     assert raw.headers["x-orchestrion-status"] == "budget_exceeded"
     assert done.choices[0].finish_reason == "length" and ext(done)["status"] == "budget_exceeded"
@@ -463,8 +468,17 @@ def test_serve_on_the_embedded_model(tmp_path: Path) -> None:
     with serve_process(db) as url:
         c = openai.OpenAI(base_url=url, api_key="x", max_retries=0, timeout=600)
         direct = c.chat.completions.with_raw_response.create(model="orchestrion/direct", messages=ASK)
-        para = c.chat.completions.with_raw_response.create(model="orchestrion/para", messages=ASK, max_tokens=1500)
+        para = c.chat.completions.with_raw_response.create(model="orchestrion/para", messages=ASK)
+        # the synthesis streams its tokens live; a JSON answer comes from the grammar-constrained synthesis
+        streamed = list(c.chat.completions.create(model="orchestrion/para", messages=ASK, stream=True))
+        as_json = c.chat.completions.create(model="orchestrion/direct", messages=ASK,
+                                            response_format={"type": "json_object"})
     store = TraceStore(db)
+    pieces = [ch.choices[0].delta.content for ch in streamed if ch.choices and ch.choices[0].delta.content]
+    streamed_ep = store.episode(ext(streamed[0])["trace_id"])
+    assert streamed_ep is not None and streamed_ep["finished"] == 1
+    assert streamed_ep["status"] != "ok" or (len(pieces) > 1 and "".join(pieces) == streamed_ep["answer"])
+    assert isinstance(json.loads(as_json.choices[0].message.content or ""), dict)
     for raw in (direct, para):
         done, status = raw.parse(), raw.headers["x-orchestrion-status"]
         ep = store.episode(raw.headers["x-orchestrion-trace-id"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
 
@@ -25,6 +26,11 @@ class GenerateConfig:
     ``json_schema`` asks the backend to constrain the output to that schema
     (llama.cpp grammar, server-side ``json_schema``/``json_object``); backends that
     cannot constrain ignore it and the caller validates and repairs.
+
+    ``on_text``, when set, receives the output's text piece by piece while it is generated
+    (from any thread: it must be thread-safe and quick). Backends that stream (llama.cpp,
+    openai-api, scripted) call it per token; the others ignore it. The pieces joined are the
+    raw output before ``stop`` strings are cut; the Completion's ``text`` stays authoritative.
     """
 
     max_tokens: int = 256
@@ -34,6 +40,7 @@ class GenerateConfig:
     stop: tuple[str, ...] = ()
     json_schema: dict[str, Any] | None = None
     logprobs: bool = False
+    on_text: Callable[[str], None] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass

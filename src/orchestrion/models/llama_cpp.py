@@ -12,16 +12,22 @@ shared prefix such as an orchestrator's system prompt is evaluated once, not on
 every decision; and the process's threads are split among the models generating
 at the same moment (``_threads``). Each Completion's ``extra`` says how many prompt
 tokens were reused (``prompt_reused``) and evaluated (``prompt_evaluated``).
+
+A call whose awaiting task is cancelled (a client that went away, a budget or wall-time
+stop) sets a cancel flag that the worker thread checks before each token and each prompt
+chunk, so generation stops within one token and the next caller gets the model at once.
+With ``GenerateConfig.on_text`` set, each token's text is handed over as it is sampled.
 """
 
 from __future__ import annotations
 
 import asyncio
+import codecs
 import importlib.util
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +95,12 @@ class LlamaCppModel:
         price: Price | None = None,
         lora_path: str | None = None,
         state_cache: int = 4,
+        grammar: bool = True,
     ) -> None:
         self.name = name
+        # False: JSON actions are asked for in the prompt and parsed, never forced by a grammar
+        # (`structured: prompt` in pool.yaml; measures what a trained orchestrator learned)
+        self.constrains_json = grammar
         self.path = Path(path) if path else None
         self.n_ctx = n_ctx
         # a fixed thread count; None = this model's share of the process budget (_threads)
@@ -174,22 +184,24 @@ class LlamaCppModel:
                 return 0
         return self.states.aligned(reusable(live, len(prompt_ids)))
 
-    def _prepare_prompt(self, llm: Any, prompt_ids: list[int], epoch: int) -> tuple[int, int]:
+    def _prepare_prompt(self, llm: Any, prompt_ids: list[int], epoch: int,
+                        cancel: threading.Event | None = None) -> tuple[int, int]:
         """Reuse what can be reused and decode the rest of the prompt; returns the prompt tokens
         reused and the budget epoch. Should decoding after a reused prefix fail, the context is
         emptied and the whole prompt decoded again."""
         reused = self._reuse_prefix(llm, prompt_ids)
         try:
-            return reused, self._eval_prompt(llm, prompt_ids, reused, epoch)
+            return reused, self._eval_prompt(llm, prompt_ids, reused, epoch, cancel)
         except RuntimeError as exc:
             if reused == 0:
                 raise
             log.warning("model '%s': decoding after a reused prefix failed (%s); decoding the whole prompt",
                         self.name, exc)
         llm.reset()
-        return 0, self._eval_prompt(llm, prompt_ids, 0, epoch)
+        return 0, self._eval_prompt(llm, prompt_ids, 0, epoch, cancel)
 
-    def _eval_prompt(self, llm: Any, prompt_ids: list[int], reused: int, epoch: int) -> int:
+    def _eval_prompt(self, llm: Any, prompt_ids: list[int], reused: int, epoch: int,
+                     cancel: threading.Event | None = None) -> int:
         """Decode the prompt after its first ``reused`` tokens (a multiple of PROMPT_CHUNK) in
         aligned chunks, taking the current thread share before each. ``generate(prompt_ids,
         reset=True)`` then finds the whole prompt in the live context, freshly decoded (so
@@ -197,6 +209,8 @@ class LlamaCppModel:
         llm.n_tokens = reused  # eval() drops the KV cells after the kept prefix
         i = reused
         while i < len(prompt_ids):
+            if cancel is not None and cancel.is_set():
+                raise _Cancelled
             if BUDGET.epoch != epoch:
                 epoch = self._apply_threads(llm)
             end = min(len(prompt_ids), (i // PROMPT_CHUNK + 1) * PROMPT_CHUNK)
@@ -236,9 +250,12 @@ class LlamaCppModel:
         ids: list[int] = self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
         return ids
 
-    def _complete_sync(self, messages: Sequence[Message], config: GenerateConfig) -> Completion:
+    def _complete_sync(self, messages: Sequence[Message], config: GenerateConfig,
+                       cancel: threading.Event | None = None) -> Completion:
         start = time.perf_counter()
         with self._lock:
+            if cancel is not None and cancel.is_set():  # given up while waiting for the model
+                return _cancelled(self.name, start)
             self._load()
             llm = self._llm
             prompt_ids = self.prompt_ids(messages)
@@ -248,14 +265,19 @@ class LlamaCppModel:
                     f"model '{self.name}': prompt of {len(prompt_ids)} tokens plus max_tokens "
                     f"{config.max_tokens} exceeds the context of {self.n_ctx}; shorten the task or raise n_ctx"
                 )
-            grammar = self._grammar(config.json_schema) if config.json_schema else None
+            grammar = self._grammar(config.json_schema) if config.json_schema and self.constrains_json else None
             if config.seed is not None:
                 llm.set_seed(config.seed)
             with BUDGET.generating():
                 epoch = self._apply_threads(llm)
-                reused, epoch = self._prepare_prompt(llm, prompt_ids, epoch)
-                out_ids, logprobs, finish = self._generate(llm, prompt_ids, config, grammar, epoch)
-            self._remember(llm, len(prompt_ids))
+                try:
+                    reused, epoch = self._prepare_prompt(llm, prompt_ids, epoch, cancel)
+                except _Cancelled:
+                    llm.reset()  # the context holds part of a prompt: never reuse it
+                    return _cancelled(self.name, start)
+                out_ids, logprobs, finish = self._generate(llm, prompt_ids, config, grammar, epoch, cancel)
+            if finish != "cancelled":
+                self._remember(llm, len(prompt_ids))
             text = llm.detokenize(out_ids).decode("utf-8", errors="ignore")
         for s in config.stop:
             if s in text:
@@ -280,19 +302,26 @@ class LlamaCppModel:
         )
 
     def _generate(
-        self, llm: Any, prompt_ids: list[int], config: GenerateConfig, grammar: Any, epoch: int
+        self, llm: Any, prompt_ids: list[int], config: GenerateConfig, grammar: Any, epoch: int,
+        cancel: threading.Event | None = None,
     ) -> tuple[list[int], list[float], str]:
         out_ids: list[int] = []
         logprobs: list[float] = []
         finish = "length"
         eog = getattr(llm._model, "token_is_eog", None)
+        emit = _text_emitter(llm, config.on_text)
         for tok in llm.generate(prompt_ids, temp=config.temperature, top_p=config.top_p, grammar=grammar, reset=True):
+            if cancel is not None and cancel.is_set():  # checked before every token
+                finish = "cancelled"
+                break
             if BUDGET.epoch != epoch:  # another model started or finished: take the new share
                 epoch = self._apply_threads(llm)
             if tok == llm.token_eos() or (eog is not None and eog(tok)):
                 finish = "stop"
                 break
             out_ids.append(tok)
+            if emit is not None:
+                emit(tok)
             if config.logprobs:
                 logprobs.append(_logprob(llm, tok))
             if config.stop and _hits_stop(llm, out_ids, config.stop):
@@ -303,12 +332,42 @@ class LlamaCppModel:
         return out_ids, logprobs, finish
 
     async def complete(self, messages: Sequence[Message], config: GenerateConfig) -> Completion:
-        return await asyncio.to_thread(self._complete_sync, messages, config)
+        cancel = threading.Event()
+        try:
+            return await asyncio.to_thread(self._complete_sync, messages, config, cancel)
+        except asyncio.CancelledError:
+            cancel.set()  # the worker thread stops before its next token
+            raise
 
     async def aclose(self) -> None:
         llm, self._llm = self._llm, None
         if llm is not None:
             await asyncio.to_thread(llm.close)
+
+
+class _Cancelled(Exception):
+    """Raised inside the worker thread when its call was cancelled during the prompt."""
+
+
+def _cancelled(name: str, start: float) -> Completion:
+    """What a cancelled call's worker returns (nobody awaits it any more)."""
+    return Completion(text="", model=name, usage=Usage(calls=1), latency_s=time.perf_counter() - start,
+                      finish_reason="cancelled")
+
+
+def _text_emitter(llm: Any, on_text: Callable[[str], None] | None) -> Callable[[int], None] | None:
+    """Per-token text for ``on_text``: a token's bytes, decoded incrementally (a character may
+    span tokens)."""
+    if on_text is None:
+        return None
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="ignore")
+
+    def emit(token: int) -> None:
+        piece = decoder.decode(llm.detokenize([token]))
+        if piece:
+            on_text(piece)
+
+    return emit
 
 
 def _logprob(llm: Any, token: int) -> float:
@@ -336,4 +395,5 @@ def from_spec(spec: ModelSpec) -> LlamaCppModel:
         price=spec.price,
         lora_path=spec.lora_path,
         state_cache=spec.state_cache,
+        grammar=spec.structured != "prompt",
     )

@@ -7,6 +7,7 @@ own strategies without a model. Never the default for real work.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Callable, Sequence
 
@@ -66,6 +67,9 @@ class ScriptedModel:
             self.active -= 1
         if isinstance(reply, Exception):
             raise reply
+        if config.on_text is not None:  # streams word by word, as a real backend streams tokens
+            for piece in re.findall(r"\s*\S+", reply) or [reply]:
+                config.on_text(piece)
         n_in = sum(len(m["content"].split()) for m in messages)
         n_out = len(reply.split())
         usage = Usage(input_tokens=n_in, output_tokens=n_out, cost_usd=cost_of(self.price, n_in, n_out), calls=1)

@@ -4,16 +4,30 @@ Grounding (invariant 7): every result is shown with a label (``[R1]``, ``[R2]``,
 its status, and the synthesizer may cite a label instead of retyping the result. The
 citation is replaced by the result itself, so a small model cannot miscopy a number it
 was given. Synthesis decodes at the synthesis role's temperature (greedy by default).
+
+The caller of an episode (``orchestrion serve``) may set an :class:`AnswerChannel` in
+:data:`ANSWER` before the episode starts. The episode's synthesis then streams the answer
+into it token by token, grounded as it goes (a possible citation is held back until it is
+resolved, so the pieces joined are exactly the final answer), and, when the channel asks for
+a JSON answer, writes it through the structured-output path: the backend's constrained
+decoding where it has one, else the schema in the prompt and bounded repairs. An episode
+that ends without a synthesis gets one JSON-conforming synthesis from :func:`conform_answer`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from contextvars import ContextVar
+from dataclasses import dataclass, replace
+from typing import Any
+
+import orjson
 
 from .._prompts import render
-from ..models._types import msg
+from .._text import extract_json
+from ..models._types import Completion, Message, msg
+from ..models.structured import repair_messages, schema_prompt
 from .context import RunContext
 
 _CITE = re.compile(r"\[\s*R(\d+)\s*\]")
@@ -22,6 +36,9 @@ _ANSWER = re.compile(r"^\s*(?:final answer|answer)\s*:\s*", re.IGNORECASE)
 # a label that only points at the answer line right after it: "[R1] Answer: 156"
 _POINTER = re.compile(r"\[\s*R(\d+)\s*\]\s*(?=(?:final answer|answer)\s*:)", re.IGNORECASE)
 MAX_RESULTS = 12
+JSON_REPAIRS = 2
+_OPEN_CITE = re.compile(r"\s*(?:R(?:\d+\s*)?)?")  # what may follow "[" in a citation not yet closed
+_BARE_SOON = re.compile(r"r(?:\d+\.?)?")  # a last line that may still become a bare "R2"
 
 
 @dataclass(frozen=True)
@@ -47,17 +64,14 @@ def _value_of(text: str) -> str:
     return text
 
 
-def ground(text: str, evidence: Sequence[Evidence]) -> tuple[str, list[int]]:
-    """``text`` with each citation ``[Rn]`` replaced by result n; and the cited numbers."""
-    cited: list[int] = []
+def _inline(text: str, evidence: Sequence[Evidence], cited: list[int]) -> str:
+    """``text`` with pointer labels dropped and citations replaced (not the bare last-line rule)."""
 
     def drop(m: re.Match[str]) -> str:
         if 1 <= int(m.group(1)) <= len(evidence):
             cited.append(int(m.group(1)))
             return ""
         return m.group(0)
-
-    text = _POINTER.sub(drop, text)
 
     def swap(m: re.Match[str]) -> str:
         n = int(m.group(1))
@@ -66,7 +80,13 @@ def ground(text: str, evidence: Sequence[Evidence]) -> tuple[str, list[int]]:
         cited.append(n)
         return evidence[n - 1].citable()
 
-    out = _CITE.sub(swap, text)
+    return _CITE.sub(swap, _POINTER.sub(drop, text))
+
+
+def ground(text: str, evidence: Sequence[Evidence]) -> tuple[str, list[int]]:
+    """``text`` with each citation ``[Rn]`` replaced by result n; and the cited numbers."""
+    cited: list[int] = []
+    out = _inline(text, evidence, cited)
     lines = out.rstrip().splitlines()
     if lines:
         bare = _BARE.match(lines[-1].strip())
@@ -78,22 +98,215 @@ def ground(text: str, evidence: Sequence[Evidence]) -> tuple[str, list[int]]:
     return out, cited
 
 
+# -- the answer channel: streaming and format, asked for by the episode's caller ---------------
+class AnswerChannel:
+    """What the caller of an episode wants of its final answer.
+
+    ``on_text`` receives the answer's text piece by piece while the synthesis model writes it
+    (called from the model's thread: it must be thread-safe). ``json_schema`` asks for an
+    answer that is one JSON value matching it (``{"type": "object"}`` for any object).
+    ``sent`` is what was handed to ``on_text``; ``finish_reason`` is the answer call's
+    (``length`` when it stopped at its token limit).
+    """
+
+    def __init__(self, on_text: Callable[[str], None] | None = None,
+                 json_schema: dict[str, Any] | None = None) -> None:
+        self.on_text = on_text
+        self.json_schema = json_schema
+        self.claimed = False
+        self.sent = ""
+        self.finish_reason: str | None = None
+
+    def claim(self) -> bool:
+        """The first synthesis of the episode streams; any later one does not."""
+        first, self.claimed = not self.claimed, True
+        return first
+
+    def emit(self, piece: str) -> None:
+        if piece:
+            self.sent += piece
+            if self.on_text is not None:
+                self.on_text(piece)
+
+    def finish(self, answer: str, finish_reason: str) -> bool:
+        """Send what ``answer`` adds to what was streamed; False if the stream went astray."""
+        self.finish_reason = finish_reason
+        if not answer.startswith(self.sent):
+            return False
+        for piece in text_pieces(answer[len(self.sent):]):
+            self.emit(piece)
+        return True
+
+
+ANSWER: ContextVar[AnswerChannel | None] = ContextVar("orchestrion_answer", default=None)
+
+
+def text_pieces(text: str) -> list[str]:
+    """``text`` cut into word-sized pieces (each with the whitespace before it), for callers
+    that stream an answer no model streamed."""
+    return re.findall(r"\s*\S+\s*$|\s*\S+", text) or ([text] if text else [])
+
+
+class GroundedStream:
+    """Grounds a synthesis output while it streams: each piece fed in may release text.
+
+    What is released is always a prefix of ``ground(whole_output.strip())``: leading and
+    trailing whitespace, an open ``[R..`` that may become a citation, a citation that may
+    still point at an ``Answer:`` line, and a last line that may become a bare ``R2`` (beyond
+    what it shares with the ``Answer: `` that line would start with) are held back until more
+    output decides them.
+    """
+
+    def __init__(self, evidence: Sequence[Evidence], emit: Callable[[str], None]) -> None:
+        self.evidence = evidence
+        self._emit = emit
+        self.raw = ""
+        self.sent = ""
+
+    def feed(self, piece: str) -> None:
+        self.raw += piece
+        target = _inline(_settled(self.raw.lstrip()), self.evidence, [])
+        if len(target) > len(self.sent) and target.startswith(self.sent):
+            self._emit(target[len(self.sent):])
+            self.sent = target
+
+
+def _settled(text: str) -> str:
+    """The longest prefix of ``text`` whose grounding no later output can change."""
+    while True:
+        before = text
+        text = text.rstrip()
+        start = text.rfind("[")
+        if start >= 0 and "]" not in text[start:] and _OPEN_CITE.fullmatch(text[start + 1:]):
+            text = text[:start]
+        found = list(_CITE.finditer(text))
+        last = found[-1] if found else None
+        if last is not None and _pointer_pending(text[last.end():]):
+            text = text[:last.start()]
+        line = text.rfind("\n") + 1
+        if _bare_pending(text[line:].strip()):
+            # a bare label's line becomes "Answer: <value>": what it shares with that may go out
+            text = text[:line + _common_prefix(text[line:], _BARE_LINE)]
+        if text == before:
+            return text
+
+
+_BARE_LINE = "Answer: "
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _pointer_pending(tail: str) -> bool:
+    """Whether the text after a citation may still turn it into a pointer ("[R1] Answer: ...")."""
+    t = tail.lstrip().lower()
+    for word in ("answer", "final answer"):
+        if word.startswith(t) or (t.startswith(word) and not t[len(word):].strip()):
+            return True
+    return False
+
+
+def _bare_pending(line: str) -> bool:
+    """Whether a (stripped) last line may still become a bare citation ("R2", "Answer: R2")."""
+    low = line.lower()
+    if not low:
+        return False
+    if "answer:".startswith(low):
+        return True
+    if low.startswith("answer:"):
+        low = low[len("answer:"):].lstrip()
+    return not low or _BARE_SOON.fullmatch(low) is not None
+
+
 async def synthesize(task: str, results: Sequence[str | Evidence], ctx: RunContext) -> str:
     """Turn a trajectory's results into the final answer on the synthesis model.
 
     The last :data:`MAX_RESULTS` results are shown, labelled; citations in the reply are
     replaced by the results they name, and recorded on the synthesis span (``cited``).
+    With an :class:`AnswerChannel` set, the answer streams into it (first synthesis only)
+    and follows its JSON format.
     """
     shown = [r if isinstance(r, Evidence) else Evidence(r) for r in results][-MAX_RESULTS:]
     body = "\n".join(f"[R{i}] {e.text}" for i, e in enumerate(shown, 1))
+    results_text = body or "(no results: answer from your own knowledge)"
+    channel = ANSWER.get()
+    live = channel if channel is not None and channel.claim() else None
+    model = ctx.strategy_options.synthesizer or ctx.pool.synthesizer
+    config = ctx.config("synthesis", ctx.strategy_options.max_tokens)
     with ctx.tracer.span("answer", "synthesis", results=len(shown)) as span:
-        out = await ctx.generate(
-            [msg("user",
-                 render("synthesize", task=task, results=body or "(no results: answer from your own knowledge)"))],
-            model=ctx.strategy_options.synthesizer or ctx.pool.synthesizer,
-            config=ctx.config("synthesis", ctx.strategy_options.max_tokens),
-            name="synthesis",
-        )
-        text, cited = ground(out.text.strip(), shown)
-        span.set(cited=[f"R{n}" for n in cited], output=text)
+        if channel is not None and channel.json_schema is not None:
+            text, out = await _synthesize_json(task, results_text, ctx, channel.json_schema, live, model)
+            span.set(output=text, json=True)
+        else:
+            streamer = GroundedStream(shown, live.emit) if live is not None else None
+            out = await ctx.generate(
+                [msg("user", render("synthesize", task=task, results=results_text))],
+                model=model, config=replace(config, on_text=streamer.feed if streamer else None), name="synthesis",
+            )
+            text, cited = ground(out.text.strip(), shown)
+            span.set(cited=[f"R{n}" for n in cited], output=text)
+        if live is not None and not live.finish(text, out.finish_reason):
+            span.set(stream_mismatch=True)
     return text
+
+
+async def _synthesize_json(task: str, results_text: str, ctx: RunContext, schema: dict[str, Any],
+                           live: AnswerChannel | None, model: str) -> tuple[str, Completion]:
+    """A JSON answer: constrained backends stream it live in one call; others get the schema in
+    the prompt and up to :data:`JSON_REPAIRS` repairs, and the valid answer is sent whole."""
+    constrained = ctx.pool.get(model).constrains_json
+    prompt = render("synthesize_json", task=task, results=results_text)
+    convo: list[Message] = [msg("user", prompt if constrained else prompt + "\n\n" + schema_prompt(schema))]
+    base = replace(ctx.config("synthesis", ctx.strategy_options.max_tokens), json_schema=schema)
+    # streamed whitespace-trimmed as it comes (no citations are replaced inside JSON)
+    stream = GroundedStream([], live.emit).feed if live is not None and constrained else None
+    out: Completion | None = None
+    text = ""
+    for attempt in range(JSON_REPAIRS + 1):
+        out = await ctx.generate(convo, model=model, config=replace(base, on_text=stream),
+                                 name="synthesis" if attempt == 0 else f"synthesis repair {attempt}")
+        text = out.text.strip()
+        if stream is not None or out.finish_reason == "length":  # what streamed is the answer, cut or not
+            break
+        try:
+            text = json_answer(text, schema)
+            break
+        except ValueError as exc:
+            convo = repair_messages(convo, out.text, str(exc))
+    assert out is not None
+    return text, out
+
+
+def json_answer(text: str, schema: dict[str, Any]) -> str:
+    """``text`` as one JSON value that fits ``schema``'s type and required keys, re-serialised
+    when it came wrapped (code fence, prose); a ValueError that says what is wrong."""
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        value = extract_json(text)  # raises ValueError when there is none
+        text = orjson.dumps(value).decode()
+    kind = schema.get("type")
+    if kind == "object" and not isinstance(value, dict):
+        raise ValueError(f"the answer must be a JSON object, not {type(value).__name__}")
+    if isinstance(value, dict):
+        missing = [k for k in schema.get("required", []) if k not in value]
+        if missing:
+            raise ValueError(f"the answer lacks the required key(s) {', '.join(map(str, missing))}")
+    return text
+
+
+async def conform_answer(task: str, answer: str, ctx: RunContext) -> str:
+    """The episode's answer in the format its :class:`AnswerChannel` asks for: unchanged when no
+    format is asked, when the synthesis already wrote it, or when it already fits; else one
+    JSON synthesis from the answer."""
+    channel = ANSWER.get()
+    if channel is None or channel.json_schema is None or channel.claimed:
+        return answer
+    try:
+        return json_answer(answer.strip(), channel.json_schema)
+    except ValueError:
+        return await synthesize(task, [Evidence(f"the answer found: {answer.strip()[:1500]}")], ctx)

@@ -5,14 +5,21 @@ rule, and the bodies of responses, stream chunks and errors. No web framework he
 :mod:`orchestrion.serve.server` does the HTTP.
 
 Request
-    ``model`` is ``orchestrion/<strategy>``. ``max_tokens`` (or ``max_completion_tokens``) is
-    the episode's token *budget*: input plus output tokens over every model call of the
-    episode. With ``--max-tokens-cap N`` a request without a limit gets N, and one asking for
-    more than N gets a 400. The extension field ``orchestrion`` (official client:
-    ``extra_body={"orchestrion": {...}}``) takes ``options`` (strategy options, as
-    ``orchestrion run --set``) and ``budget`` (any :class:`~orchestrion.Budget` field, as
-    ``--budget``; its ``tokens`` and ``max_tokens`` combine to the smaller). Other OpenAI
-    fields (temperature, tools, response_format, ...) are accepted and ignored; ``n`` must be 1.
+    ``model`` is ``orchestrion/<strategy>``. ``max_tokens`` (or ``max_completion_tokens``, the
+    smaller if both) caps the *answer's* tokens, as on any OpenAI-compatible server: it becomes
+    the strategy option ``max_tokens`` (the output limit of answer and synthesis calls). The
+    episode's *budget* is separate: the extension field ``orchestrion`` (official client:
+    ``extra_body={"orchestrion": {...}}``) takes ``budget`` (any :class:`~orchestrion.Budget`
+    field, as ``--budget``: ``tokens`` is input plus output tokens over every model call of the
+    episode) and ``options`` (strategy options, as ``orchestrion run --set``). With
+    ``--max-tokens-cap N`` a request without a token budget gets N, and one asking for more
+    than N (budget or ``max_tokens``) gets a 400.
+    ``response_format`` ``{"type": "json_object"}`` or ``{"type": "json_schema", "json_schema":
+    {"schema": ...}}`` makes the answer one JSON value (the synthesis writes it through the
+    structured-output path: constrained decoding where the backend has it, else the schema in
+    the prompt and bounded repairs; the type and required keys are checked). ``tools`` (function
+    calling) is refused with a 400: a strategy chooses and runs its own tools. Other OpenAI
+    fields (temperature, top_p, ...) are accepted and ignored; ``n`` must be 1.
 
 Conversation -> task prompt
     The last ``user`` message is the task. With nothing before it, the prompt is exactly its
@@ -34,7 +41,8 @@ Conversation -> task prompt
 
 Response
     A ``chat.completion``; ``usage`` is the episode's total over all its model calls;
-    ``finish_reason`` is ``length`` when the episode stopped on its budget, else ``stop``.
+    ``finish_reason`` is ``length`` when the episode stopped on its budget or the answer was
+    cut at ``max_tokens``, else ``stop``.
     Every episode that ran is a 200 whatever its status: the headers
     ``X-Orchestrion-Trace-Id`` and ``X-Orchestrion-Status`` and the body field
     ``orchestrion`` = {trace_id, status, error, strategy, cost_usd, wall_s} say how it went.
@@ -47,9 +55,14 @@ Streaming (``stream: true``)
        {event: start|end, span_id, parent_id, kind, name, status, t} (``end`` adds
        duration_s, input_tokens, output_tokens; ``t`` is seconds since the episode began),
        one per start and end of each span (round, decision, call, tool, agent, subagent,
-       step, node, ...), read from the trace store as it is committed;
-    3. the answer as one content delta;
-    4. an empty delta with ``finish_reason`` and the ``orchestrion`` summary above;
+       step, node, answer, ...), sent as the trace store commits it (the server subscribes
+       to the store's in-process event bus before the episode starts);
+    3. the answer as content deltas, token by token while the synthesis model writes it
+       (grounded as it goes: the deltas joined are exactly the final answer). The progress
+       of the answer's own spans may arrive between them. A strategy that answers without
+       a synthesis has its answer sent in word-sized deltas once it is known;
+    4. an empty delta with ``finish_reason`` and the ``orchestrion`` summary above (its
+       ``status`` is the episode's);
     5. with ``stream_options.include_usage``: a usage chunk with no choices;
     6. ``data: [DONE]``.
 
@@ -58,8 +71,8 @@ Streaming (``stream: true``)
     ``data: {"error": {...}}`` (the official client raises it), then ``[DONE]``.
 
 Errors
-    ``{"error": {message, type, param, code}}``: 400 malformed body or a token budget over
-    the cap, 401 a missing or wrong ``Authorization: Bearer`` key (with ``--api-key-env``),
+    ``{"error": {message, type, param, code}}``: 400 malformed body, ``tools``, or a token
+    budget over the cap, 401 a missing or wrong ``Authorization: Bearer`` key (with ``--api-key-env``),
     404 unknown model or path, 413 a body over ``--max-body-kb``, 429 more than
     ``--max-concurrent`` episodes in flight (with ``Retry-After``), 500 an Orchestrion error
     outside the episode, as one line.
@@ -76,6 +89,7 @@ from ..api import EpisodeResult
 from ..models._types import Usage
 from ..runtime.budget import Budget
 from ..strategies.base import strategies
+from ..trace._bus import EventType, TraceEvent
 
 MODEL_PREFIX = "orchestrion/"
 
@@ -125,8 +139,23 @@ class StreamOptions(BaseModel):
     include_usage: bool = False
 
 
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    name: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=lambda: {"type": "object"}, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+
 class ChatRequest(BaseModel):
-    """The fields serve reads; other OpenAI fields (temperature, tools, ...) are accepted and ignored."""
+    """The fields serve reads; other OpenAI fields (temperature, top_p, ...) are accepted and ignored."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -137,11 +166,26 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = Field(default=None, gt=0)
     max_completion_tokens: int | None = Field(default=None, gt=0)
     n: int | None = None
+    response_format: ResponseFormat | None = None
+    tools: list[dict[str, Any]] | None = None
     orchestrion: OrchestrionExtra = Field(default_factory=OrchestrionExtra)
 
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def json_schema(self) -> dict[str, Any] | None:
+        """The JSON schema the answer must follow (``response_format``), or None for text."""
+        fmt = self.response_format
+        if fmt is None or fmt.type == "text":
+            return None
+        if fmt.type == "json_object":
+            return {"type": "object"}
+        if fmt.json_schema is None:
+            raise ApiError(400, "'response_format.json_schema': required when type is 'json_schema'",
+                           code="invalid_request", param="response_format.json_schema")
+        return fmt.json_schema.schema_
 
 
 def parse_request(body: bytes) -> ChatRequest:
@@ -160,6 +204,11 @@ def parse_request(body: bytes) -> ChatRequest:
         raise ApiError(400, f"'{where}': {first['msg']}", code="invalid_request", param=where) from None
     if req.n not in (None, 1):
         raise ApiError(400, "'n': only n=1 is supported (one episode per request)", code="invalid_request", param="n")
+    if req.tools:
+        raise ApiError(400, "'tools': function calling is not supported: each orchestrion/<strategy> model runs "
+                       "its own tools and answers with text; drop 'tools' (response_format json_object or "
+                       "json_schema is supported for structured answers)", code="tools_not_supported", param="tools")
+    req.json_schema  # noqa: B018 - a json_schema format without its schema is a 400 now, not later
     return req
 
 
@@ -174,14 +223,28 @@ def strategy_of(model: str) -> str:
 
 
 def episode_budget(req: ChatRequest, cap: int | None) -> Budget:
-    """The request's budget: ``orchestrion.budget`` with tokens = the smallest limit asked, or the cap."""
+    """The episode's budget: ``orchestrion.budget``, its tokens defaulting to the cap (a 400 over it)."""
     extra = req.orchestrion.budget
-    asked = [t for t in (req.max_tokens, req.max_completion_tokens, extra.tokens) if t is not None]
-    tokens = min(asked) if asked else cap
+    tokens = cap if extra.tokens is None else extra.tokens
     if cap is not None and tokens is not None and tokens > cap:
-        raise ApiError(400, f"max_tokens {tokens} is over this server's per-request cap of {cap}; "
-                       f"ask for {cap} or fewer", code="max_tokens_over_cap", param="max_tokens")
+        raise ApiError(400, f"orchestrion.budget.tokens {tokens} is over this server's per-request cap of {cap}; "
+                       f"ask for {cap} or fewer", code="max_tokens_over_cap", param="orchestrion.budget.tokens")
     return extra.model_copy(update={"tokens": tokens})
+
+
+def episode_options(req: ChatRequest, cap: int | None) -> dict[str, Any]:
+    """The strategy options: ``orchestrion.options`` with ``max_tokens`` (the answer's token limit)
+    lowered to the request's ``max_tokens`` / ``max_completion_tokens`` (a 400 over the cap)."""
+    options = dict(req.orchestrion.options)
+    asked = [t for t in (req.max_tokens, req.max_completion_tokens) if t is not None]
+    if asked:
+        limit = min(asked)
+        if cap is not None and limit > cap:
+            raise ApiError(400, f"max_tokens {limit} is over this server's per-request cap of {cap}; "
+                           f"ask for {cap} or fewer", code="max_tokens_over_cap", param="max_tokens")
+        given = options.get("max_tokens")
+        options["max_tokens"] = min(limit, given) if isinstance(given, int) else limit
+    return options
 
 
 def server_error(exc: BaseException) -> ApiError:
@@ -236,19 +299,20 @@ def usage_body(usage: Usage) -> dict[str, int]:
             "total_tokens": usage.total_tokens}
 
 
-def finish_reason(status: str) -> str:
-    return "length" if status == "budget_exceeded" else "stop"
+def finish_reason(status: str, answer_finish: str | None = None) -> str:
+    """``length`` for a budget stop or an answer cut at its token limit, else ``stop``."""
+    return "length" if status == "budget_exceeded" or answer_finish == "length" else "stop"
 
 
 def completion_body(cid: str, created: int, model: str, answer: str, status: str, usage: Usage,
-                    ext: dict[str, Any]) -> dict[str, Any]:
+                    ext: dict[str, Any], answer_finish: str | None = None) -> dict[str, Any]:
     return {
         "id": cid,
         "object": "chat.completion",
         "created": created,
         "model": model,
         "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
-                     "finish_reason": finish_reason(status), "logprobs": None}],
+                     "finish_reason": finish_reason(status, answer_finish), "logprobs": None}],
         "usage": usage_body(usage),
         "orchestrion": ext,
     }
@@ -273,29 +337,19 @@ def episode_summary(result: EpisodeResult) -> dict[str, Any]:
             "strategy": result.strategy, "cost_usd": result.cost_usd, "wall_s": round(result.wall_s, 3)}
 
 
-class SpanProgress:
-    """Turns an episode's span rows, read again and again, into start/end events, each sent once.
-
-    Rows need: id, parent_id, kind, name, status, started, ended, input_tokens, output_tokens.
-    """
-
-    def __init__(self, episode_started: float) -> None:
-        self.t0 = episode_started
-        self.seen: dict[str, bool] = {}  # span id -> ended already reported
-
-    def feed(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        events: list[dict[str, Any]] = []
-        for r in rows:
-            ended = self.seen.get(r["id"])
-            base = {"span_id": r["id"], "parent_id": r["parent_id"], "kind": r["kind"], "name": r["name"]}
-            if ended is None:
-                events.append({"event": "start", **base, "status": "running", "t": round(r["started"] - self.t0, 3)})
-            if r["ended"] is not None and not ended:
-                events.append({"event": "end", **base, "status": r["status"], "t": round(r["ended"] - self.t0, 3),
-                               "duration_s": round(r["ended"] - r["started"], 3),
-                               "input_tokens": r["input_tokens"], "output_tokens": r["output_tokens"]})
-            self.seen[r["id"]] = r["ended"] is not None
-        return events
+def progress(event: TraceEvent, t0: float) -> dict[str, Any] | None:
+    """The ``orchestrion.progress`` item of a span's start or end event (None for other events and
+    for the episode's root span); ``t0`` is when the episode started."""
+    if event.kind == "episode" or event.type not in (EventType.SPAN_STARTED, EventType.SPAN_ENDED):
+        return None
+    base = {"span_id": event.span_id, "parent_id": event.parent_id, "kind": event.kind, "name": event.name}
+    if event.type is EventType.SPAN_STARTED:
+        return {"event": "start", **base, "status": "running", "t": round(event.ts - t0, 3)}
+    started = float(event.data.get("started", event.ts))
+    usage = event.data.get("usage") or {}
+    return {"event": "end", **base, "status": event.status, "t": round(event.ts - t0, 3),
+            "duration_s": round(event.ts - started, 3), "input_tokens": usage.get("input_tokens", 0),
+            "output_tokens": usage.get("output_tokens", 0)}
 
 
 def sse(data: dict[str, Any]) -> bytes:

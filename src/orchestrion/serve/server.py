@@ -2,21 +2,31 @@
 
 ``GET /v1/models`` lists each strategy as ``orchestrion/<name>``; ``POST /v1/chat/completions``
 runs one traced episode per request through :func:`orchestrion.api.solve`, answered whole or
-streamed as server-sent events with progress first. The wire format (extension fields,
-headers, progress chunks, errors) is documented in :mod:`orchestrion.serve._openai_schema`.
+streamed as server-sent events: progress as the trace store commits it (the request
+subscribes to the store's event bus before its episode starts), then the answer token by
+token. The wire format (extension fields, headers, progress chunks, errors) is documented in
+:mod:`orchestrion.serve._openai_schema`. ``GET /health`` says the server is up (no key
+needed); ``GET /metrics`` is Prometheus text (:mod:`orchestrion.serve._metrics`).
 
 Every episode in flight is an asyncio task: a full server answers 429 instead of queueing,
 and a client that disconnects has its episode cancelled, which ``solve`` records as
-``cancelled``. Each server process writes one ``runs`` row (kind ``serve``); each request's
-episode has that ``run_id`` and ``task_id`` = the completion id (``chatcmpl-...``).
+``cancelled``; the cancellation reaches the model call in progress (the embedded model stops
+before its next token, an HTTP call is closed). Each server process writes one ``runs`` row
+(kind ``serve``); each request's episode has that ``run_id`` and ``task_id`` = the completion
+id (``chatcmpl-...``).
+
+Listening on an address other than loopback without ``--api-key-env`` is refused unless
+``--insecure-no-auth`` says so: anyone who reaches the port could spend the pool's tokens.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import os
 import socket
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -27,43 +37,38 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import Receive, Scope, Send
 
-from .._errors import ConfigError, OrchestrionError
+from .._errors import ConfigError
 from ..api import EpisodeResult, load_pool, solve
 from ..models.pool import Pool
 from ..runtime.budget import Budget
+from ..runtime.synthesis import ANSWER
 from ..runtime.types import Task
 from ..strategies.base import strategies
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ..trace.tracer import new_id
+from ._metrics import MetricsMiddleware, ServeMetrics
 from ._openai_schema import (
     MODEL_PREFIX,
-    SSE_DONE,
-    SSE_KEEPALIVE,
     ApiError,
     ChatRequest,
-    SpanProgress,
-    chunk_body,
     completion_body,
     episode_budget,
+    episode_options,
     episode_summary,
     error_body,
-    finish_reason,
     parse_request,
     server_error,
-    sse,
     strategy_of,
     task_prompt,
 )
+from ._stream import DONE, EpisodeStream, Watch, episode_result, sse_events
 
-POLL_S = 0.2  # progress: how often the trace store is read while an episode runs
 DISCONNECT_POLL_S = 0.25  # non-streamed requests: how often the connection is checked
-KEEPALIVE_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class ServeSettings:
     max_concurrent: int = 16
     max_body_bytes: int = 256 * 1024
     max_tokens_cap: int | None = None
+    insecure_no_auth: bool = False
 
 
 def _api_key(env: str | None) -> str | None:
@@ -102,6 +108,8 @@ class _Service:
         self.run_id = new_id()
         self.created = int(time.time())
         self.inflight: set[asyncio.Task[EpisodeResult]] = set()
+        self.metrics = ServeMetrics()
+        self.started = time.monotonic()
 
     # -- request checks --------------------------------------------------------------
     def authorize(self, request: Request) -> None:
@@ -116,6 +124,11 @@ class _Service:
         else:
             return
         raise ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+    def health(self) -> dict[str, Any]:
+        return {"status": "ok", "episodes_in_flight": len(self.inflight),
+                "max_concurrent": self.settings.max_concurrent, "models": len(strategies()),
+                "uptime_s": round(time.monotonic() - self.started, 1)}
 
     async def read_body(self, request: Request) -> bytes:
         limit = self.settings.max_body_bytes
@@ -135,8 +148,10 @@ class _Service:
         return bytes(body)
 
     # -- episodes --------------------------------------------------------------------
-    def start(self, req: ChatRequest, strategy: str, cid: str, budget: Budget) -> asyncio.Task[EpisodeResult]:
-        """Start the episode, or 429 when the server is full. No await between check and start."""
+    def start(self, req: ChatRequest, strategy: str, cid: str, budget: Budget,
+              options: dict[str, Any]) -> tuple[asyncio.Task[EpisodeResult], Watch]:
+        """Start the episode, watched from its first event, or 429 when the server is full.
+        No await between the check and the start."""
         prompt = task_prompt(req.messages)
         limit = self.settings.max_concurrent
         if len(self.inflight) >= limit:
@@ -144,33 +159,31 @@ class _Service:
                            type="rate_limit_error", code="too_many_episodes", headers={"Retry-After": "1"})
         task = Task(prompt=prompt, id=cid, metadata={"source": "serve", "model": req.model,
                                                         "messages": len(req.messages)})
-        episode = asyncio.create_task(solve(
-            task, strategy=strategy, pool=self.pool, tools=self.tools, store=self.store, budget=budget,
-            options=req.orchestrion.options, run_id=self.run_id,
-        ))
+        episode_id = new_id()
+        watch = Watch(self.store, episode_id, live=req.stream, json_schema=req.json_schema)
+        token = ANSWER.set(watch.channel)  # the episode's task copies this context
+        try:
+            episode = asyncio.create_task(solve(
+                task, strategy=strategy, pool=self.pool, tools=self.tools, store=self.store, budget=budget,
+                options=options, run_id=self.run_id, episode_id=episode_id,
+            ))
+        finally:
+            ANSWER.reset(token)
+        watch.attach(episode)
         self.inflight.add(episode)
-        episode.add_done_callback(self._finished)
-        return episode
+        self.metrics.in_flight.set(len(self.inflight))
+        episode.add_done_callback(lambda done: self._finished(done, strategy))
+        return episode, watch
 
-    def _finished(self, episode: asyncio.Task[EpisodeResult]) -> None:
+    def _finished(self, episode: asyncio.Task[EpisodeResult], strategy: str) -> None:
         self.inflight.discard(episode)
-        if not episode.cancelled():
-            episode.exception()  # retrieved here; the handler re-raises it where it matters
-
-    async def episode_row(self, cid: str, episode: asyncio.Task[EpisodeResult]) -> dict[str, Any] | None:
-        """The episode row ``solve`` wrote for this request, or None if it failed before writing one."""
-        while True:
-            done = episode.done()
-            try:
-                await self.store.aflush()
-                row = await asyncio.to_thread(self.store.episode_for_task, self.run_id, cid)
-            except OrchestrionError as exc:
-                raise server_error(exc) from None
-            if row is not None:
-                return row
-            if done:
-                return None
-            await asyncio.sleep(0.01)
+        self.metrics.in_flight.set(len(self.inflight))
+        if episode.cancelled():
+            self.metrics.episodes.labels(strategy, "cancelled").inc()
+        elif episode.exception() is not None:  # retrieved here; the handler re-raises it where it matters
+            self.metrics.episodes.labels(strategy, "error").inc()
+        else:
+            self.metrics.episode(episode.result())
 
     async def shutdown(self) -> None:
         for episode in list(self.inflight):
@@ -185,87 +198,29 @@ class _Service:
                 "description": strategies()[name].summary}
 
 
-def _result(episode: asyncio.Task[EpisodeResult]) -> EpisodeResult:
-    if episode.cancelled():
-        raise ApiError(503, "the episode was cancelled: the server is shutting down", type="server_error",
-                       code="cancelled")
+async def _stream(svc: _Service, req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeResult],
+                  watch: Watch, requested: float) -> Response:
     try:
-        return episode.result()
-    except ConfigError as exc:  # a bad option or budget in the request: the client's to fix
-        raise ApiError(400, str(exc), code="invalid_option", param="orchestrion.options") from None
-    except OrchestrionError as exc:
-        raise server_error(exc) from None
-
-
-class _EpisodeStream(StreamingResponse):
-    """An SSE response that cancels its episode when it ends early (client gone, error)."""
-
-    def __init__(self, content: AsyncIterator[bytes], episode: asyncio.Task[EpisodeResult],
-                 headers: dict[str, str]) -> None:
-        super().__init__(content, media_type="text/event-stream", headers=headers)
-        self.episode = episode
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            if not self.episode.done():
-                self.episode.cancel()
-
-
-async def _events(svc: _Service, req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeResult],
-                  row: dict[str, Any]) -> AsyncIterator[bytes]:
-    created, model = int(time.time()), req.model
-
-    def chunk(delta: dict[str, Any] | None, **kw: Any) -> bytes:
-        return sse(chunk_body(cid, created, model, delta, **kw))
-
-    yield chunk({"role": "assistant", "content": ""}, ext={"trace_id": row["id"]})
-    progress = SpanProgress(row["started"])
-
-    def poll() -> list[dict[str, Any]]:
-        return progress.feed(svc.store.spans(row["id"], exclude_kinds=("episode",), attrs=False))
-
-    quiet_since = time.monotonic()
-    while True:
-        finished = episode.done()  # read before polling: the last poll then sees every span
-        for item in await asyncio.to_thread(poll):
-            yield chunk({}, ext={"progress": item})
-            quiet_since = time.monotonic()
-        if finished:
-            break
-        if time.monotonic() - quiet_since > KEEPALIVE_S:
-            yield SSE_KEEPALIVE
-            quiet_since = time.monotonic()
-        await asyncio.wait({episode}, timeout=POLL_S)
-    try:
-        result = _result(episode)
-    except ApiError as exc:
-        yield sse(exc.body())
-        yield SSE_DONE
-        return
-    if result.answer:
-        yield chunk({"content": result.answer})
-    yield chunk({}, finish=finish_reason(result.status), ext=episode_summary(result))
-    if req.include_usage:
-        yield chunk(None, usage=result.usage)
-    yield SSE_DONE
-
-
-async def _stream(svc: _Service, req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeResult]) -> Response:
-    try:
-        row = await svc.episode_row(cid, episode)
+        head = await watch.head()
     except BaseException:
         episode.cancel()
+        watch.close()
         raise
-    if row is None:
-        _result(episode)  # it failed before writing its row: raises the 500
+    if head[-1] is DONE and watch.started is None:  # it failed before writing its row
+        watch.close()
+        episode_result(episode)  # raises the 500 (or 400 for a bad option)
         raise ApiError(500, "the episode ended without a trace row", type="server_error", code="orchestrion_error")
-    headers = {"X-Orchestrion-Trace-Id": row["id"], "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return _EpisodeStream(_events(svc, req, cid, episode, row), episode, headers)
+
+    def on_result(result: EpisodeResult, ttft: float | None) -> None:
+        if ttft is not None:
+            svc.metrics.ttft.observe(ttft)
+
+    headers = {"X-Orchestrion-Trace-Id": watch.episode_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    return EpisodeStream(sse_events(req, cid, episode, watch, head, on_result, requested), episode, watch, headers)
 
 
-async def _complete(request: Request, req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeResult]) -> Response:
+async def _complete(request: Request, req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeResult],
+                    watch: Watch) -> Response:
     try:
         while not episode.done():
             await asyncio.wait({episode}, timeout=DISCONNECT_POLL_S)
@@ -276,9 +231,10 @@ async def _complete(request: Request, req: ChatRequest, cid: str, episode: async
     finally:
         if not episode.done():
             episode.cancel()
-    result = _result(episode)
+        await watch.settle()
+    result = episode_result(episode)
     body = completion_body(cid, int(time.time()), req.model, result.answer, result.status, result.usage,
-                           episode_summary(result))
+                           episode_summary(result), watch.answer_finish)
     return JSONResponse(body, headers={"X-Orchestrion-Trace-Id": result.trace_id,
                                        "X-Orchestrion-Status": result.status})
 
@@ -305,9 +261,19 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
 
     app = FastAPI(title="orchestrion serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = svc
+    app.add_middleware(MetricsMiddleware, metrics=svc.metrics)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
+
+    @app.get("/health")
+    async def health() -> JSONResponse:
+        return JSONResponse(svc.health())
+
+    @app.get("/metrics")
+    async def metrics(request: Request) -> Response:
+        svc.authorize(request)
+        return Response(svc.metrics.render(), media_type=svc.metrics.content_type)
 
     @app.get("/v1/models")
     async def list_models(request: Request) -> JSONResponse:
@@ -321,14 +287,16 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Response:
+        requested = time.monotonic()
         svc.authorize(request)
         req = parse_request(await svc.read_body(request))
         strategy = strategy_of(req.model)
         cid = f"chatcmpl-{uuid.uuid4().hex}"
-        episode = svc.start(req, strategy, cid, episode_budget(req, settings.max_tokens_cap))
+        cap = settings.max_tokens_cap
+        episode, watch = svc.start(req, strategy, cid, episode_budget(req, cap), episode_options(req, cap))
         if req.stream:
-            return await _stream(svc, req, cid, episode)
-        return await _complete(request, req, cid, episode)
+            return await _stream(svc, req, cid, episode, watch, requested)
+        return await _complete(request, req, cid, episode, watch)
 
     return app
 
@@ -373,8 +341,29 @@ def base_url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}/v1" if ":" in host else f"http://{host}:{port}/v1"
 
 
+def _loopback(host: str) -> bool:
+    """Whether every address ``host`` resolves to is a loopback address."""
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        return all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
+    except (OSError, ValueError):
+        return False
+
+
+def check_exposure(settings: ServeSettings) -> None:
+    """Refuse a non-loopback address without an API key, unless --insecure-no-auth says so."""
+    if settings.api_key_env or _loopback(settings.host):
+        return
+    if not settings.insecure_no_auth:
+        raise ConfigError(f"--host {settings.host} is reachable from other machines and no --api-key-env is set: "
+                          "anyone who reaches the port could run episodes on your pool; set --api-key-env VAR "
+                          "(clients send $VAR as a Bearer key), or pass --insecure-no-auth to serve without a key")
+    sys.stderr.write(f"warning: serving on {settings.host} without an API key (--insecure-no-auth)\n")
+
+
 def run_server(settings: ServeSettings) -> None:
     """Serve until Ctrl-C; prints one line with the URL once listening."""
+    check_exposure(settings)
     app = create_app(settings)
     svc: _Service = app.state.service
     sock = bind_socket(settings.host, settings.port)

@@ -1,0 +1,203 @@
+"""One request's episode as serve watches it: its trace events, its streamed answer, its SSE.
+
+A :class:`Watch` subscribes to the episode's trace events on the store's in-process bus and
+sets the :class:`~orchestrion.runtime.synthesis.AnswerChannel` the synthesis streams into,
+both *before* the episode starts, so nothing is missed. Events and answer pieces arrive in one
+queue, in the order they happened on this loop; the episode's end puts a marker behind them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from .._errors import ConfigError, OrchestrionError
+from ..api import EpisodeResult
+from ..runtime.synthesis import AnswerChannel, text_pieces
+from ..trace._bus import EventType, TraceEvent
+from ..trace.store import TraceStore
+from ._openai_schema import (
+    SSE_DONE,
+    SSE_KEEPALIVE,
+    ApiError,
+    ChatRequest,
+    chunk_body,
+    episode_summary,
+    finish_reason,
+    progress,
+    server_error,
+    sse,
+)
+
+KEEPALIVE_S = 15.0
+SETTLE_S = 5.0  # after the episode's task ended: the longest wait for its last committed events
+
+
+class _Done:
+    """Queued behind everything once the episode's task has ended."""
+
+
+DONE = _Done()
+Item = TraceEvent | str | _Done
+
+
+class Watch:
+    """The trace subscription and answer channel of one episode (``live``: queue them for SSE)."""
+
+    def __init__(self, store: TraceStore, episode_id: str, *, live: bool, json_schema: dict[str, Any] | None) -> None:
+        self.episode_id = episode_id
+        self.live = live
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue[Item] = asyncio.Queue()
+        self.sub = store.bus.subscribe(episode_id)
+        self.channel = AnswerChannel(self._push if live else None, json_schema)
+        self.started: float | None = None
+        self.finished = False
+        self.last_call_finish: str | None = None
+        self.first_text_at: float | None = None
+        self._pump = asyncio.create_task(self._run())
+
+    def _push(self, piece: str) -> None:  # any thread: the embedded model generates in a worker
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, piece)
+
+    def attach(self, episode: asyncio.Task[EpisodeResult]) -> None:
+        episode.add_done_callback(lambda _: self.queue.put_nowait(DONE))
+
+    async def _run(self) -> None:
+        try:
+            async for event in self.sub:
+                if event.type is EventType.EPISODE_STARTED:
+                    self.started = event.ts
+                elif event.type is EventType.SPAN_ENDED and event.kind == "call":
+                    self.last_call_finish = (event.data.get("attrs") or {}).get("finish_reason") or "stop"
+                if self.live:
+                    self.queue.put_nowait(event)
+                if event.type is EventType.EPISODE_FINISHED:
+                    self.finished = True
+                    break
+        finally:
+            self.sub.close()
+
+    async def settle(self) -> None:
+        """Once the episode's task ended: let the last committed events through, then stop listening."""
+        if self.started is not None and not self.finished:
+            await asyncio.wait({self._pump}, timeout=SETTLE_S)
+        self.close()
+
+    def close(self) -> None:
+        self._pump.cancel()
+        self.sub.close()
+
+    @property
+    def answer_finish(self) -> str | None:
+        """How the answer's model call ended: the synthesis's, else the episode's last call's."""
+        return self.channel.finish_reason or self.last_call_finish
+
+    def unsent(self, answer: str) -> tuple[list[str], bool]:
+        """The pieces of ``answer`` not streamed yet, and whether the stream matched it."""
+        sent = self.channel.sent
+        if not answer.startswith(sent):
+            return [], False
+        return text_pieces(answer[len(sent):]), True
+
+    async def head(self) -> list[Item]:
+        """Wait until the episode has started (its row is committed) or ended; what came meanwhile."""
+        items: list[Item] = []
+        while True:
+            item = await self.queue.get()
+            items.append(item)
+            if item is DONE or (isinstance(item, TraceEvent) and item.type is EventType.EPISODE_STARTED):
+                return items
+
+
+def episode_result(episode: asyncio.Task[EpisodeResult]) -> EpisodeResult:
+    """The finished episode's result, or the ApiError that stands for its failure."""
+    if episode.cancelled():
+        raise ApiError(503, "the episode was cancelled: the server is shutting down", type="server_error",
+                       code="cancelled")
+    try:
+        return episode.result()
+    except ConfigError as exc:  # a bad option or budget in the request: the client's to fix
+        raise ApiError(400, str(exc), code="invalid_option", param="orchestrion.options") from None
+    except OrchestrionError as exc:
+        raise server_error(exc) from None
+
+
+class EpisodeStream(StreamingResponse):
+    """An SSE response that cancels its episode when it ends early (client gone, error)."""
+
+    def __init__(self, content: AsyncIterator[bytes], episode: asyncio.Task[EpisodeResult], watch: Watch,
+                 headers: dict[str, str]) -> None:
+        super().__init__(content, media_type="text/event-stream", headers=headers)
+        self.episode = episode
+        self.watch = watch
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            if not self.episode.done():
+                self.episode.cancel()
+            self.watch.close()
+
+
+async def sse_events(req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeResult], watch: Watch,
+                     head: list[Item], on_result: Callable[[EpisodeResult, float | None], None],
+                     requested: float) -> AsyncIterator[bytes]:
+    """The SSE body: role, progress and answer deltas as they happen, then the status and [DONE]."""
+    created, model = int(time.time()), req.model
+
+    def chunk(delta: dict[str, Any] | None, **kw: Any) -> bytes:
+        return sse(chunk_body(cid, created, model, delta, **kw))
+
+    def render(item: Item) -> bytes | None:
+        if isinstance(item, str):
+            if watch.first_text_at is None:
+                watch.first_text_at = time.monotonic() - requested
+            return chunk({"content": item})
+        if isinstance(item, TraceEvent):
+            found = progress(item, watch.started if watch.started is not None else item.ts)
+            return None if found is None else chunk({}, ext={"progress": found})
+        return None
+
+    yield chunk({"role": "assistant", "content": ""}, ext={"trace_id": watch.episode_id})
+    pending = list(head)
+    while True:
+        if pending:
+            item = pending.pop(0)
+        else:
+            try:
+                item = await asyncio.wait_for(watch.queue.get(), KEEPALIVE_S)
+            except TimeoutError:
+                yield SSE_KEEPALIVE
+                continue
+        if item is DONE:
+            await watch.settle()
+            while not watch.queue.empty():
+                pending.append(watch.queue.get_nowait())
+            for rest in pending:
+                if (out := render(rest)) is not None:
+                    yield out
+            break
+        if (out := render(item)) is not None:
+            yield out
+    try:
+        result = episode_result(episode)
+    except ApiError as exc:
+        yield sse(exc.body())
+        yield SSE_DONE
+        return
+    pieces, matched = watch.unsent(result.answer)
+    for piece in pieces:
+        yield render(piece) or b""
+    on_result(result, watch.first_text_at)
+    summary = episode_summary(result) if matched else {**episode_summary(result), "answer": result.answer}
+    yield chunk({}, finish=finish_reason(result.status, watch.answer_finish), ext=summary)
+    if req.include_usage:
+        yield chunk(None, usage=result.usage)
+    yield SSE_DONE
