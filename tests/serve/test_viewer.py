@@ -1,17 +1,21 @@
 """The trace viewer: its JSON API over real episodes, and the page in a real headless Chromium.
 
 The browser is Debian's ``chromium`` driven by Playwright's Python API (never a downloaded
-browser). Screenshots land in ``test-artifacts/`` at the repository root.
+browser). Screenshots land in ``$ORCHESTRION_ARTIFACTS`` or else ``test-artifacts/`` at the
+repository root (git ignores it); the browser tests print the folder.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,17 +23,18 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve
+from orchestrion import Pool, ScriptedModel, Tool, ToolRegistry, TraceStore, solve
 from orchestrion.serve import _viewer_data as data
-from orchestrion.serve.viewer import create_app, export_static
+from orchestrion.serve.viewer import create_app, export_static, watch
 from orchestrion.tools.agents import agent_tools
 from tests.helpers import CrashTool as Crash
 from tests.helpers import SlowTool as Slow
+from tests.helpers import TextArgs
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ARTIFACTS = Path(os.environ.get("ORCHESTRION_ARTIFACTS") or Path(__file__).resolve().parents[2] / "test-artifacts")
 PARA_ACTION = json.dumps({"thought": "split", "calls": [{"tool": "slow", "input": str(i)} for i in range(3)],
                           "final": False})
 
@@ -58,6 +63,32 @@ class Episodes:
     para: str
     direct: str
     milestone: str
+    same: str  # the para episode's task again, by another strategy: the compare view's pair
+    touching: str  # hand-written spans that touch end to start, and one that overlaps them
+
+    @property
+    def all(self) -> set[str]:
+        return {self.para, self.direct, self.milestone, self.same, self.touching}
+
+
+# The touching episode's tool spans (start, end) in seconds: a, b and c follow each other with no gap,
+# and d overlaps a and b. One row holds a, b and c; d needs a second row.
+TOUCHING = {"a": (0.0, 0.4), "b": (0.4, 0.8), "c": (0.8, 1.2), "d": (0.2, 0.6)}
+
+
+def _touching(store: TraceStore) -> str:
+    episode_id, t0 = uuid.uuid4().hex, time.time() - 3600  # the oldest episode: last in the list
+    store.submit("INSERT INTO episodes (id, strategy, task, status, answer, started, ended, finished, meta)"
+                 " VALUES (?,?,?,?,?,?,?,?,?)", (episode_id, "direct", json.dumps({"prompt": "Touching bars"}), "ok",
+                                                 "done", t0, t0 + 1.2, 1, "{}"))
+    root = uuid.uuid4().hex
+    store.submit("INSERT INTO spans (id, episode_id, parent_id, kind, name, started, ended, status, attrs)"
+                 " VALUES (?,?,?,?,?,?,?,?,?)", (root, episode_id, None, "episode", "direct", t0, t0 + 1.2, "ok", "{}"))
+    for name, (start, end) in TOUCHING.items():
+        store.submit("INSERT INTO spans (id, episode_id, parent_id, kind, name, started, ended, status, attrs)"
+                     " VALUES (?,?,?,?,?,?,?,?,?)",
+                     (uuid.uuid4().hex, episode_id, root, "tool", name, t0 + start, t0 + end, "ok", "{}"))
+    return episode_id
 
 
 def _score(store: TraceStore, episode_id: str, score: float) -> None:
@@ -79,11 +110,14 @@ async def _record(store: TraceStore) -> Episodes:
     plan = {"subtasks": [sub("a", "A"), sub("b", "B"), sub("c", "combine", deps=("a", "b"))]}
     milestone = await solve("Plan it", strategy="milestone", pool=Pool.from_models([milestone_model(plan)]),
                             tools=ToolRegistry([Slow(0.1), *agent_tools()]), store=store)
-    assert para.status == direct.status == milestone.status == "ok"
+    same = await solve("What is 2+2?", strategy="direct", pool=Pool.from_models([ScriptedModel(["4"], name="m")]),
+                       tools=ToolRegistry([]), store=store)
+    assert para.status == direct.status == milestone.status == same.status == "ok"
     _score(store, para.trace_id, 1.0)
     _score(store, direct.trace_id, 0.0)
+    touching = _touching(store)
     store.flush()
-    return Episodes(store, para.trace_id, direct.trace_id, milestone.trace_id)
+    return Episodes(store, para.trace_id, direct.trace_id, milestone.trace_id, same.trace_id, touching)
 
 
 @pytest.fixture(scope="module")
@@ -106,15 +140,15 @@ def _ids(client: TestClient, query: str = "") -> set[str]:
 
 # -- the JSON API ------------------------------------------------------------------------------
 def test_filters_select_the_right_episodes(client: TestClient, episodes: Episodes) -> None:
-    everything = {episodes.para, episodes.direct, episodes.milestone}
-    assert _ids(client) == everything
+    assert _ids(client) == episodes.all
     assert _ids(client, "?strategy=milestone") == {episodes.milestone}
     assert _ids(client, "?run=run-a") == {episodes.para, episodes.direct}
-    assert _ids(client, "?run=-") == {episodes.milestone}
+    assert _ids(client, "?run=-") == {episodes.milestone, episodes.same, episodes.touching}
     assert _ids(client, "?dataset=arith") == {episodes.para, episodes.direct}
     assert _ids(client, "?correct=yes") == {episodes.para}
     assert _ids(client, "?correct=no") == {episodes.direct}
-    assert _ids(client, "?correct=unknown") == {episodes.milestone}  # never scored: unknown, not wrong
+    # never scored: unknown, not wrong
+    assert _ids(client, "?correct=unknown") == {episodes.milestone, episodes.same, episodes.touching}
     assert _ids(client, "?strategy=para&correct=no") == set()
     assert client.get("/api/episodes?correct=maybe").status_code == 400
 
@@ -125,7 +159,43 @@ def test_facets_list_strategies_datasets_and_runs(client: TestClient) -> None:
     assert facets["datasets"] == ["arith"]
     runs = {r["id"]: r for r in facets["runs"]}
     assert runs["run-a"]["episodes"] == 2 and runs["run-a"]["scored"] == 2 and runs["run-a"]["correct"] == 1
-    assert runs["run-a"]["kind"] == "eval" and runs["-"]["episodes"] == 1
+    assert runs["run-a"]["kind"] == "eval" and runs["-"]["episodes"] == 3
+
+
+def test_search_matches_every_word_of_the_task_in_any_case(client: TestClient, episodes: Episodes) -> None:
+    assert _ids(client, "?q=2%2B2") == {episodes.para, episodes.same}
+    assert _ids(client, "?q=WHAT%20is%202%2B3") == {episodes.direct}
+    assert _ids(client, "?q=what%20plan") == set()  # every word must be there
+    assert _ids(client, "?q=2%2B2&strategy=direct") == {episodes.same}  # search and filters combine
+    assert data.matches_text("Plan it", "") and not data.matches_text("Plan it", "plant")
+
+
+def test_pages_cut_the_newest_first_list_and_count_all(client: TestClient, episodes: Episodes) -> None:
+    everything = client.get("/api/episodes").json()
+    assert everything["total"] == 5 and everything["offset"] == 0
+    order = [e["id"] for e in everything["episodes"]]
+    assert order[-1] == episodes.touching  # the oldest
+    pages = [client.get(f"/api/episodes?limit=2&offset={o}").json() for o in (0, 2, 4)]
+    assert [p["total"] for p in pages] == [5, 5, 5] and [p["count"] for p in pages] == [2, 2, 1]
+    assert [e["id"] for p in pages for e in p["episodes"]] == order
+    assert client.get("/api/episodes?limit=2&offset=9").json()["episodes"] == []
+    assert client.get("/api/episodes?q=2%2B2&limit=1").json()["total"] == 2
+
+
+def test_episode_lists_the_other_episodes_of_its_task(client: TestClient, episodes: Episodes) -> None:
+    para = client.get(f"/api/episodes/{episodes.para}").json()
+    assert [o["id"] for o in para["same_task"]] == [episodes.same]
+    assert para["same_task"][0]["strategy"] == "direct"
+    assert client.get(f"/api/episodes/{episodes.milestone}").json()["same_task"] == []
+
+
+def test_the_live_stream_never_creates_a_database(tmp_path: Path) -> None:
+    from orchestrion.serve.viewer import _FileWatch
+
+    missing = tmp_path / "missing.db"
+    watcher = _FileWatch(missing)  # the stream's read-only look at the file
+    assert watcher.changed() is None and not missing.exists()
+    watcher.close()
 
 
 def test_para_episode_has_span_graph_overlapping_tools_and_decisions(client: TestClient, episodes: Episodes) -> None:
@@ -176,6 +246,84 @@ def test_score_and_correct_rules() -> None:
     assert data.score_of({"score": True}) == (None, None)  # a bool is not a score
 
 
+# -- the live stream ------------------------------------------------------------------------------
+def _direct(store: TraceStore, prompt: str) -> str:
+    """Record one direct episode, on a thread of its own (Playwright's sync API holds this thread's loop)."""
+    pool = Pool.from_models([ScriptedModel(["ok"], name="m")])
+    found: list[str] = []
+    thread = threading.Thread(target=lambda: found.append(asyncio.run(solve(
+        prompt, strategy="direct", pool=pool, tools=ToolRegistry([]), store=store)).trace_id))
+    thread.start()
+    thread.join(60)
+    assert found, "the episode was not recorded"
+    return found[0]
+
+
+def _announced(base: str, write: Callable[[], str]) -> list[list[str]]:
+    """Connect to the stream, wait until it listens, run ``write`` (it returns an episode id), and
+    return the change events up to the first that names that episode."""
+    import httpx
+
+    seen: list[list[str]] = []
+    with httpx.stream("GET", base + "api/stream", timeout=10) as res:
+        assert res.status_code == 200 and res.headers["content-type"].startswith("text/event-stream")
+        lines = res.iter_lines()
+        assert any(line == "event: ready" for line in lines)
+        wanted, event = write(), ""
+        deadline = time.monotonic() + 20
+        for line in lines:  # a silent stream ends in a read timeout, failing the test
+            assert time.monotonic() < deadline, f"no change event named {wanted}: {seen}"
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: ") and event == "change":
+                seen.append(json.loads(line[6:])["episodes"])
+                if wanted in seen[-1]:
+                    return seen
+    raise AssertionError(f"the stream ended before announcing the episode: {seen}")
+
+
+def test_stream_announces_writes_of_this_process(tmp_path: Path) -> None:
+    store = TraceStore(tmp_path / "live.db")
+    try:
+        with _serving(store) as base:
+            seen = _announced(base, lambda: _direct(store, "written beside the viewer"))
+        assert all(ids for ids in seen)  # names episodes: never an unknown change
+    finally:
+        store.close()
+
+
+async def test_watch_hears_this_process_on_the_bus_without_the_file(store: TraceStore) -> None:
+    stream = watch(store, interval_s=0.05, watch_file=False)
+    assert await anext(stream) == set()  # listening
+    pool = Pool.from_models([ScriptedModel(["ok"], name="m")])
+    res = await solve("heard on the bus", strategy="direct", pool=pool, tools=ToolRegistry([]), store=store)
+    heard: set[str] = set()
+    while res.trace_id not in heard:  # bounded: a silent bus yields only heartbeats, 15 s apart; the timeout fails
+        got = await asyncio.wait_for(anext(stream), 5)
+        heard |= got or set()
+    await stream.aclose()
+
+
+def test_stream_announces_writes_of_another_process_from_the_file(tmp_path: Path) -> None:
+    viewer_store, writer = TraceStore(tmp_path / "live.db"), TraceStore(tmp_path / "live.db")
+    try:
+        with _serving(viewer_store) as base:  # the writer's bus is not the viewer's: only the file tells
+            _announced(base, lambda: _direct(writer, "written by someone else"))
+    finally:
+        writer.close()
+        viewer_store.close()
+
+
+async def test_watch_reports_a_commit_that_names_no_episode_as_unknown(store: TraceStore) -> None:
+    stream = watch(store, interval_s=0.05)
+    assert await anext(stream) == set()  # listening
+    store.create_run("run-x", "eval", {})  # a commit, but no episode is running or finished
+    await store.aflush()
+    got = await asyncio.wait_for(anext(stream), 5)
+    assert got == set()  # something was committed, no episode named
+    await stream.aclose()
+
+
 # -- the page in Chromium ------------------------------------------------------------------------
 class Chromium:
     """Debian's Chromium, launched on first use, so that a missing browser fails the test itself."""
@@ -208,31 +356,49 @@ def browser() -> Iterator[Chromium]:
     chromium.close()
 
 
-@pytest.fixture(scope="module")
-def server(episodes: Episodes) -> Iterator[str]:
+@contextmanager
+def _serving(store: TraceStore) -> Iterator[str]:
     import uvicorn
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    srv = uvicorn.Server(uvicorn.Config(create_app(episodes.store), log_level="warning", lifespan="off"))
+    srv = uvicorn.Server(uvicorn.Config(create_app(store), log_level="warning", lifespan="off",
+                                        timeout_graceful_shutdown=2))
     thread = threading.Thread(target=srv.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 15
     while not srv.started and thread.is_alive() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert srv.started, "the viewer server did not start"
-    yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
-    srv.should_exit = True
-    thread.join(10)
-    sock.close()
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}/"
+    finally:
+        srv.should_exit = True
+        thread.join(10)
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def server(episodes: Episodes) -> Iterator[str]:
+    with _serving(episodes.store) as url:
+        yield url
+
+
+def _artifacts(capsys: pytest.CaptureFixture[str]) -> Path:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with capsys.disabled():
+        print(f"\nviewer screenshots: {ARTIFACTS}")
+    return ARTIFACTS
 
 
 def _open(browser: Chromium, url: str) -> tuple[Any, list[str], list[str]]:
+    """A page that records errors and warnings from its console, uncaught exceptions, and every request."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     errors: list[str] = []
     requests: list[str] = []
     page.on("pageerror", lambda exc: errors.append(str(exc)))
-    page.on("console", lambda m: errors.append(f"{m.text} {m.location.get('url', '')}") if m.type == "error" else None)
+    page.on("console", lambda m: errors.append(f"{m.type}: {m.text} {m.location.get('url', '')}")
+            if m.type in ("error", "warning") else None)
     page.on("request", lambda r: requests.append(r.url))
     page.goto(url)
     return page, errors, requests
@@ -252,15 +418,67 @@ def _show(page: Any, base: str, episode_id: str) -> dict[str, Any]:
     return result
 
 
-def _check_views(page: Any, base: str, episodes: Episodes, name: str) -> None:
+def _rows(page: Any, n: int) -> None:
+    page.wait_for_function(f"document.body.dataset.ready === 'list' && "
+                           f"document.querySelectorAll('tr.episode-row').length === {n}", timeout=15_000)
+
+
+def _tops(page: Any, selector: str) -> dict[str, float]:
+    """Each timeline bar's top edge by its label (the span name)."""
+    found: dict[str, float] = page.evaluate(
+        "(sel) => Object.fromEntries([...document.querySelectorAll(sel)]"
+        ".map(e => [e.textContent.trim(), e.getBoundingClientRect().top]))", selector)
+    return found
+
+
+def _check_views(page: Any, base: str, episodes: Episodes, name: str, out: Path) -> None:
     # the list, then one filter applied through the page's own select
     page.wait_for_selector("body[data-ready=list]", timeout=15_000)
-    assert page.locator("tr.episode-row").count() == 3
+    assert page.locator("tr.episode-row").count() == 5
     page.select_option("select[name=strategy]", "milestone")
     page.wait_for_function("location.hash.includes('strategy=milestone') && document.body.dataset.ready === 'list'")
     page.wait_for_function("document.querySelectorAll('tr.episode-row').length === 1")
     assert page.locator("tr.episode-row").get_attribute("data-id") == episodes.milestone
-    page.screenshot(path=str(ARTIFACTS / f"viewer-{name}-list.png"), full_page=True)
+    page.screenshot(path=str(out / f"viewer-{name}-list.png"), full_page=True)
+
+    # search by task text, through the page's search box (the filter above is kept: cleared first)
+    page.goto(f"{base}#/")
+    _rows(page, 5)
+    page.fill("input[name=q]", "2+2")
+    page.press("input[name=q]", "Enter")
+    page.wait_for_function("location.hash.includes('q=2%2B2')")
+    _rows(page, 2)
+    assert {page.locator("tr.episode-row").nth(i).get_attribute("data-id") for i in range(2)} == {
+        episodes.para, episodes.same}
+    page.screenshot(path=str(out / f"viewer-{name}-search.png"), full_page=True)
+
+    # pages of two, newest first: older, older, then newer again
+    page.goto(f"{base}#/?limit=2")
+    _rows(page, 2)
+    assert page.locator("nav.pager span").inner_text() == "1–2 of 5"
+    page.click("nav.pager a.older")
+    page.wait_for_function("document.querySelector('nav.pager span')?.innerText === '3–4 of 5'")
+    _rows(page, 2)
+    page.click("nav.pager a.older")
+    page.wait_for_function("document.querySelector('nav.pager span')?.innerText === '5–5 of 5'")
+    _rows(page, 1)
+    assert page.locator("tr.episode-row").get_attribute("data-id") == episodes.touching
+    assert page.locator("nav.pager a.older").count() == 0
+    page.screenshot(path=str(out / f"viewer-{name}-page3.png"), full_page=True)
+    page.click("nav.pager a.newer")
+    page.wait_for_function("document.querySelector('nav.pager span')?.innerText === '3–4 of 5'")
+
+    # bars that only touch share a row; a bar that overlaps them gets its own
+    _show(page, base, episodes.touching)
+    page.wait_for_function("""() => {  // drawn and stacked: the overlapping bar d has left a's row
+        const bars = [...document.querySelectorAll('#timeline[data-drawn] .vis-item.kind-tool')];
+        const top = (name) => bars.find(e => e.textContent.trim() === name)?.getBoundingClientRect().top;
+        return bars.length === 4 && top('d') !== top('a'); }""", timeout=10_000)
+    tops = _tops(page, "#timeline .vis-item.kind-tool")
+    assert sorted(tops) == ["a", "b", "c", "d"], tops
+    assert tops["a"] == tops["b"] == tops["c"], f"touching bars were stacked: {tops}"
+    assert tops["d"] != tops["a"], f"an overlapping bar shares a row: {tops}"
+    page.screenshot(path=str(out / f"viewer-{name}-touching.png"), full_page=True)
 
     # the para episode: span graph, three overlapping tool bars, each decision's raw output
     para = _show(page, base, episodes.para)
@@ -285,10 +503,14 @@ def _check_views(page: Any, base: str, episodes: Episodes, name: str) -> None:
     assert raw.nth(0).inner_text() == "I think we should add"
     assert '"tool": "slow"' in raw.nth(1).inner_text()
     assert "Error:" in page.locator("article.decision.invalid").first.inner_text()
+    for _ in range(12):  # zooming out as far as the page lets one: no scale warnings (checked by the caller)
+        page.evaluate("() => window.orchestrionView.timeline.zoomOut(1, {animation: false})")
+    span = page.evaluate("() => { const w = window.orchestrionView.timeline.getWindow(); return w.end - w.start; }")
+    assert span < 60_000, f"the timeline zoomed out to {span} ms for an episode of about a second"
     page.locator("#timeline .vis-item.kind-tool").first.click()
     page.wait_for_selector("#span-detail h3")
     assert "did " in page.locator("#span-detail").inner_text()
-    page.screenshot(path=str(ARTIFACTS / f"viewer-{name}-para.png"), full_page=True)
+    page.screenshot(path=str(out / f"viewer-{name}-para.png"), full_page=True)
 
     # the plan episode: three DAG nodes, two edges into c
     plan = _show(page, base, episodes.milestone)
@@ -300,30 +522,111 @@ def _check_views(page: Any, base: str, episodes: Episodes, name: str) -> None:
     assert sorted(edges) == [1, 1, 2]
     assert page.locator("#timeline .vis-item.kind-node").count() == 3
     assert page.locator("tr.event-milestone").count() == 1
-    page.screenshot(path=str(ARTIFACTS / f"viewer-{name}-plan.png"), full_page=True)
+    page.screenshot(path=str(out / f"viewer-{name}-plan.png"), full_page=True)
+
+    # two episodes of one task side by side, reached from the episode page
+    _show(page, base, episodes.para)
+    assert page.locator("table.same-task tr").count() == 1
+    page.click("a.compare-link")
+    page.wait_for_selector("body[data-ready=compare]", timeout=15_000)
+    page.wait_for_selector("#timeline-a[data-drawn] .vis-item", timeout=10_000)
+    page.wait_for_selector("#timeline-b[data-drawn] .vis-item", timeout=10_000)
+    heads = page.locator("table.compare tr").first.locator("th").all_inner_texts()
+    assert heads[1:] == [episodes.para, episodes.same]
+    strategies = page.locator("table.compare tr").nth(1).locator("td").all_inner_texts()
+    assert strategies == ["para", "direct"]
+    answers = page.locator("table.compare pre.answer").all_inner_texts()
+    assert answers == ["answer: 4", "4"]
+    assert page.locator(".warn-task").count() == 0
+    page.screenshot(path=str(out / f"viewer-{name}-compare.png"), full_page=True)
+    page.goto(f"{base}#/compare/{episodes.para}/{episodes.direct}")  # not the same task: said so
+    page.wait_for_selector(".warn-task", timeout=15_000)
 
 
-def test_served_page_shows_list_dag_timeline_and_decisions(browser: Chromium, server: str, episodes: Episodes) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
+def test_served_page_shows_list_dag_timeline_and_decisions(browser: Chromium, server: str, episodes: Episodes,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    out = _artifacts(capsys)
     page, errors, requests = _open(browser, server)
     try:
-        _check_views(page, server, episodes, "served")
+        _check_views(page, server, episodes, "served", out)
     finally:
         page.close()
     assert not errors, errors
     assert all(u.startswith(server) for u in requests), [u for u in requests if not u.startswith(server)]
 
 
-def test_static_export_opens_from_disk(browser: Chromium, episodes: Episodes, tmp_path: Path) -> None:
-    ARTIFACTS.mkdir(exist_ok=True)
+def test_static_export_opens_from_disk(browser: Chromium, episodes: Episodes, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    out = _artifacts(capsys)
     index = export_static(episodes.store, tmp_path / "bundle")
     assert index == tmp_path / "bundle" / "index.html"
     assert {p.name for p in index.parent.iterdir()} >= {"index.html", "app.js", "app.css", "data.js", "vendor"}
     base = index.as_uri()
     page, errors, requests = _open(browser, base)
     try:
-        _check_views(page, base, episodes, "static")
+        _check_views(page, base, episodes, "static", out)
     finally:
         page.close()
     assert not errors, errors
     assert requests and all(u.startswith("file://") for u in requests), [u for u in requests if not u.startswith("file://")]
+
+
+class Gate(Tool):
+    """Waits until the test opens it: an episode that stays running for as long as the test needs."""
+
+    name = "gate"
+    description = "waits until opened"
+    Args = TextArgs
+
+    def __init__(self) -> None:
+        self.opened = threading.Event()
+
+    async def run(self, args: Any, ctx: Any, model: str | None) -> str:
+        await asyncio.to_thread(self.opened.wait, 60)
+        return "opened"
+
+
+def test_served_page_refreshes_live(browser: Chromium, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = _artifacts(capsys)
+    store, other = TraceStore(tmp_path / "live.db"), TraceStore(tmp_path / "live.db")
+    _direct(store, "first")
+    gate = Gate()
+    action = json.dumps({"thought": "wait", "calls": [{"tool": "gate", "input": "x"}], "final": False})
+    orch = ScriptedModel([action, json.dumps({"thought": "t", "calls": [], "final": True}), "it opened"], name="orch")
+    running = threading.Thread(target=lambda: asyncio.run(solve(
+        "Wait for the gate", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([gate]), store=store)))
+    try:
+        with _serving(store) as base:
+            page, errors, _ = _open(browser, base)
+            try:
+                _rows(page, 1)
+                page.wait_for_function("document.body.dataset.live === 'open'", timeout=15_000)
+                page.evaluate("window.keptAcrossRefreshes = 1")  # a reload would lose it
+                _direct(other, "second, from another writer")  # the file watch tells the page
+                _rows(page, 2)
+                running.start()  # this process: the bus tells the page
+                page.wait_for_selector("tr.episode-row.running", timeout=15_000)
+                running_id = page.locator("tr.episode-row.running").get_attribute("data-id")
+                page.screenshot(path=str(out / "viewer-live-list.png"), full_page=True)
+
+                page.goto(f"{base}#/episode/{running_id}")
+                page.wait_for_selector("body[data-ready=episode] #timeline[data-drawn]", timeout=15_000)
+                assert "unfinished" in page.locator("dl.facts").inner_text()
+                before = int(page.locator("#timeline").get_attribute("data-items"))
+                page.screenshot(path=str(out / "viewer-live-running.png"), full_page=True)
+                gate.opened.set()
+                page.wait_for_function("""(n) => document.body.dataset.ready === 'episode'
+                    && !document.querySelector('dl.facts').innerText.includes('unfinished')
+                    && Number(document.querySelector('#timeline')?.dataset.items) > n""", arg=before, timeout=20_000)
+                assert page.evaluate("window.keptAcrossRefreshes") == 1
+                assert page.locator("pre.answer").inner_text() == "it opened"
+                page.screenshot(path=str(out / "viewer-live-finished.png"), full_page=True)
+            finally:
+                page.close()
+        assert not errors, errors
+    finally:
+        gate.opened.set()
+        if running.is_alive() or running.ident is not None:
+            running.join(30)
+        other.close()
+        store.close()

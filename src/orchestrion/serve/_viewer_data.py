@@ -4,6 +4,10 @@ Everything here reads the trace store and returns plain JSON-ready dicts; the
 HTTP API (``viewer.py``) and the static export serve the very same dicts, so the
 page shows the same views either way.
 
+Search (``q``) keeps episodes whose task prompt holds every word of the query, ignoring
+case; paging (``offset``, ``limit``) cuts the filtered list, newest first, and says how many
+matched in all. Episodes "of the same task" have the same prompt text (the compare view).
+
 "Correct" comes from a score recorded with the episode: ``meta.correct`` (a
 boolean) if present, else ``meta.score`` or ``meta.result.score`` (a number;
 ``>= CORRECT_AT`` counts as correct). An episode without either is *unknown*,
@@ -25,6 +29,8 @@ CORRECT_VALUES = {"yes": True, "true": True, "1": True, "no": False, "false": Fa
 LANES = ("episode", "round", "milestone", "topology", "decision", "node", "subagent", "step", "agent", "tool", "call")
 MAX_TEXT = 20_000  # longer strings in span attributes are cut for the page
 MAX_TREE_NODES = 400  # the span-tree graph keeps the shallowest spans beyond this
+PAGE = 50  # episodes per page unless the request says otherwise
+MAX_PAGE = 1000
 _LARGE = ("prompt_token_ids", "token_ids", "logprobs")
 
 
@@ -79,6 +85,19 @@ def _runs(store: TraceStore) -> dict[str, dict[str, Any]]:
     return out
 
 
+def prompt_of(row: dict[str, Any]) -> str:
+    """The task prompt of an episode row."""
+    task = loads(row.get("task"))
+    return str(task.get("prompt", "")) if isinstance(task, dict) else str(task or "")
+
+
+def matches_text(prompt: str, q: str | None) -> bool:
+    """Whether ``prompt`` holds every word of ``q`` (case-insensitive); an empty query matches all."""
+    words = (q or "").casefold().split()
+    text = prompt.casefold()
+    return all(w in text for w in words)
+
+
 def _summary(row: dict[str, Any], runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
     task = loads(row.get("task"))
     task = task if isinstance(task, dict) else {"prompt": str(task or "")}
@@ -101,7 +120,7 @@ def _summary(row: dict[str, Any], runs: dict[str, dict[str, Any]]) -> dict[str, 
 
 def episode_summaries(
     store: TraceStore, *, strategy: str | None = None, run: str | None = None, dataset: str | None = None,
-    correct: str | None = None, limit: int | None = None,
+    correct: str | None = None, q: str | None = None, limit: int | None = None,
 ) -> list[dict[str, Any]]:
     """Episodes, newest first, that pass every given filter (empty = no filter)."""
     on, wanted = parse_correct(correct)
@@ -109,6 +128,8 @@ def episode_summaries(
     runs = _runs(store)
     out = []
     for row in rows:
+        if q and not matches_text(prompt_of(row), q):
+            continue
         s = _summary(row, runs)
         if (dataset and s["dataset"] != dataset) or (on and s["correct"] is not wanted):
             continue
@@ -116,6 +137,27 @@ def episode_summaries(
         if limit is not None and len(out) >= limit:
             break
     return out
+
+
+def episode_page(
+    store: TraceStore, *, strategy: str | None = None, run: str | None = None, dataset: str | None = None,
+    correct: str | None = None, q: str | None = None, offset: int = 0, limit: int = PAGE,
+) -> dict[str, Any]:
+    """One page of :func:`episode_summaries`: ``episodes``, ``total`` (all that match), ``offset``, ``limit``."""
+    offset, limit = max(0, offset), min(max(1, limit), MAX_PAGE)
+    found = episode_summaries(store, strategy=strategy, run=run, dataset=dataset, correct=correct, q=q)
+    page = found[offset:offset + limit]
+    return {"episodes": page, "count": len(page), "total": len(found), "offset": offset, "limit": limit}
+
+
+def same_task(store: TraceStore, prompt: str) -> list[dict[str, Any]]:
+    """Brief summaries, newest first, of every episode whose prompt is ``prompt``."""
+    runs = _runs(store)
+    return [_brief(_summary(row, runs)) for row in store.episodes(newest_first=True) if prompt_of(row) == prompt]
+
+
+def _brief(s: dict[str, Any]) -> dict[str, Any]:
+    return {k: s[k] for k in ("id", "strategy", "status", "finished", "correct", "started", "run_id")}
 
 
 def facets(store: TraceStore) -> dict[str, Any]:
@@ -156,11 +198,15 @@ def _lane(kind: str, extra: list[str]) -> str:
     return kind
 
 
-def episode_detail(store: TraceStore, episode_id: str) -> dict[str, Any] | None:
-    """One episode for the page: summary, spans (timed, cost rolled up), graph, decisions, events."""
+def episode_detail(store: TraceStore, episode_id: str,
+                   by_prompt: dict[str, list[dict[str, Any]]] | None = None) -> dict[str, Any] | None:
+    """One episode for the page: summary, spans (timed, cost rolled up), graph, decisions, events,
+    and the other episodes of the same task (``by_prompt``: precomputed, for bundles)."""
     row = store.episode(episode_id)
     if row is None:
         return None
+    prompt = prompt_of(row)
+    others = by_prompt.get(prompt, []) if by_prompt is not None else same_task(store, prompt)
     summary = _summary(row, _runs(store))
     t0 = row["started"] or 0.0
     raw_spans = store.spans(row["id"])
@@ -197,6 +243,7 @@ def episode_detail(store: TraceStore, episode_id: str) -> dict[str, Any] | None:
         "meta": _clip(loads(row.get("meta"))),
         "spans": spans, "lanes": [*LANES, *extra], "graph": plan_graph(spans, events) or span_graph(spans),
         "decisions": decisions, "events": events,
+        "same_task": [o for o in others if o["id"] != row["id"]],
     }
 
 
@@ -272,5 +319,9 @@ def span_graph(spans: list[dict[str, Any]]) -> dict[str, Any]:
 def bundle(store: TraceStore, limit: int | None = None) -> dict[str, Any]:
     """Everything the static export embeds: facets, summaries and each episode's detail."""
     summaries = episode_summaries(store, limit=limit)
-    details = {s["id"]: episode_detail(store, s["id"]) for s in summaries}
+    runs = _runs(store)
+    by_prompt: dict[str, list[dict[str, Any]]] = {}
+    for row in store.episodes(newest_first=True):
+        by_prompt.setdefault(prompt_of(row), []).append(_brief(_summary(row, runs)))
+    details = {s["id"]: episode_detail(store, s["id"], by_prompt) for s in summaries}
     return {"static": True, "facets": facets(store), "episodes": summaries, "details": details}

@@ -3,10 +3,24 @@
 ``orchestrion view`` serves the page and a small JSON API with FastAPI + uvicorn:
 
 - ``GET /api/facets``: the filters' choices (strategies, datasets) and one line per run;
-- ``GET /api/episodes?strategy=&run=&dataset=&correct=&limit=``: episode summaries, newest first
-  (``run=-`` selects episodes recorded outside any run; ``correct`` is yes, no or unknown);
+- ``GET /api/episodes?q=&strategy=&run=&dataset=&correct=&offset=&limit=``: one page of episode
+  summaries, newest first, with ``total`` (how many match in all). ``q`` searches the task text
+  (every word, any case); ``run=-`` selects episodes recorded outside any run; ``correct`` is
+  yes, no or unknown;
 - ``GET /api/episodes/{id}``: one episode (an id prefix works) with its spans, plan DAG or span
-  graph, decisions and events.
+  graph, decisions, events and the other episodes of the same task (for the compare view);
+- ``GET /api/stream``: server-sent events, one ``change`` event (``{"episodes": [ids]}``) per
+  moment something was written, so the page refreshes the list, or a running episode, without
+  polling.
+
+Where the changes come from: the stream subscribes to the store's in-process event bus
+(``store.bus``), which announces committed writes of a writer in this process (a viewer
+embedded beside running episodes) with their episode ids and no SQL at all. ``orchestrion view``
+usually watches a file another process writes; the bus then stays silent, so the stream also
+keeps one read-only SQLite connection and reads ``PRAGMA data_version`` every
+``WATCH_INTERVAL_S`` seconds: a number that changes when another connection commits. Only when it
+has changed does it read which episodes are running or just finished, and announces those.
+Neither path creates the database file: the watcher opens it read-only.
 
 ``orchestrion view --export DIR`` writes the same page with the data embedded in ``data.js``
 (``window.ORCHESTRION_DATA``), because browsers refuse ``fetch()`` of ``file://`` URLs; the
@@ -16,8 +30,12 @@ vis-timeline, vendored under ``static/vendor/``.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
+import sqlite3
 import sys
+import time
+from collections.abc import AsyncIterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -30,6 +48,8 @@ from . import _viewer_data as data
 
 DATA_PLACEHOLDER = "<!-- orchestrion:data -->"
 EXPORT_LIMIT = 2000  # newest episodes embedded in a static bundle
+WATCH_INTERVAL_S = 0.5  # how often the stream looks for writes of another process
+HEARTBEAT_S = 15.0  # an SSE comment this often keeps proxies from closing an idle stream
 
 
 def static_dir() -> Path:
@@ -46,6 +66,7 @@ def _json(value: Any, status: int = 200) -> Any:
 def create_app(store: TraceStore) -> Any:
     """The viewer as a FastAPI application (API routes, then the static page at /)."""
     from fastapi import FastAPI, HTTPException
+    from fastapi.responses import StreamingResponse
     from fastapi.staticfiles import StaticFiles
 
     app = FastAPI(title="Orchestrion trace viewer", docs_url=None, redoc_url=None, openapi_url=None)
@@ -55,14 +76,33 @@ def create_app(store: TraceStore) -> Any:
         return _json(data.facets(store))
 
     @app.get("/api/episodes")
-    def get_episodes(strategy: str = "", run: str = "", dataset: str = "", correct: str = "",
-                     limit: int = 500) -> Any:
+    def get_episodes(strategy: str = "", run: str = "", dataset: str = "", correct: str = "", q: str = "",
+                     offset: int = 0, limit: int = data.PAGE) -> Any:
         try:
-            found = data.episode_summaries(store, strategy=strategy or None, run=run or None,
-                                           dataset=dataset or None, correct=correct or None, limit=max(1, limit))
+            page = data.episode_page(store, strategy=strategy or None, run=run or None, dataset=dataset or None,
+                                     correct=correct or None, q=q or None, offset=offset, limit=limit)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
-        return _json({"episodes": found, "count": len(found)})
+        return _json(page)
+
+    async def get_stream(request: Any) -> Any:  # a plain Starlette route: it is handed the request
+        async def events() -> AsyncIterator[str]:
+            listening = False
+            async for ids in watch(store):
+                if await request.is_disconnected():
+                    return
+                if not listening:  # the first item says the watch is in place: nothing written from now is missed
+                    listening = True
+                    yield "retry: 2000\nevent: ready\ndata: {}\n\n"
+                elif ids is None:
+                    yield ": alive\n\n"
+                else:
+                    yield "event: change\ndata: " + orjson.dumps({"episodes": sorted(ids)}).decode() + "\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    app.add_route("/api/stream", get_stream, methods=["GET"])
 
     @app.get("/api/episodes/{episode_id}")
     def get_episode(episode_id: str) -> Any:
@@ -76,6 +116,69 @@ def create_app(store: TraceStore) -> Any:
 
     app.mount("/", StaticFiles(directory=static_dir(), html=True), name="static")
     return app
+
+
+class _FileWatch:
+    """Commits of other connections to the trace file, seen through ``PRAGMA data_version``."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.conn: sqlite3.Connection | None = None
+        self.since = time.time()
+        if path is None:
+            return
+        try:  # read-only: a missing file stays missing
+            self.conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+            self.version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error:
+            self.close()
+
+    def changed(self) -> set[str] | None:
+        """Episodes running or finished since the last look, if another connection committed; else None."""
+        if self.conn is None:
+            return None
+        try:
+            version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+            if version == self.version:
+                return None
+            self.version, since, self.since = version, self.since, time.time()
+            rows = self.conn.execute("SELECT id FROM episodes WHERE finished = 0 OR ended >= ?", (since - 1.0,))
+            return {r[0] for r in rows}
+        except sqlite3.Error:
+            return None
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+async def watch(store: TraceStore, interval_s: float = WATCH_INTERVAL_S,
+                watch_file: bool = True) -> AsyncIterator[set[str] | None]:
+    """Yield the ids of episodes that changed (an empty set: which is unknown), about once per
+    ``interval_s`` at most; None as a heartbeat. The first item, an empty set, comes once listening.
+    ``watch_file=False`` hears this process's writes only (the bus)."""
+    files = _FileWatch(store.path if watch_file else None)
+    quiet_since = time.monotonic()
+    try:
+        with store.bus.subscribe() as bus:
+            yield set()
+            while True:
+                first = await bus.get(timeout=interval_s)
+                ids = set()
+                if first is not None:
+                    await asyncio.sleep(interval_s / 2)  # let the rest of a burst arrive: one refresh for it
+                    ids = {first.episode_id, *(e.episode_id for e in bus.drain())}
+                from_file = files.changed()  # this process's writes bump it too; one message covers both
+                if from_file is not None and first is None:
+                    ids = from_file or {""}
+                if ids:
+                    quiet_since = time.monotonic()
+                    yield {i for i in ids if i}
+                elif time.monotonic() - quiet_since >= HEARTBEAT_S:
+                    quiet_since = time.monotonic()
+                    yield None
+    finally:
+        files.close()
 
 
 def run_viewer(store: TraceStore, *, host: str, port: int) -> None:

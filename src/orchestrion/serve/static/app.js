@@ -1,13 +1,18 @@
-// Orchestrion trace viewer: episode list with filters, and one episode's DAG, timeline,
-// spans, decisions and events. Data comes from the JSON API, or from window.ORCHESTRION_DATA
-// in a static export. Model text is only ever inserted as text (textContent), never as HTML.
+// Orchestrion trace viewer: episode list with search, filters and pages; one episode's DAG,
+// timeline, spans, decisions and events; two episodes of one task side by side. Data comes from
+// the JSON API (kept fresh by the server's event stream, api/stream), or from
+// window.ORCHESTRION_DATA in a static export. Model text is only ever inserted as text
+// (textContent), never as HTML.
 "use strict";
 (function () {
   const STATIC = window.ORCHESTRION_DATA || null;
-  const FILTERS = ["strategy", "run", "dataset", "correct"];
+  const FILTERS = ["q", "strategy", "run", "dataset", "correct"];
+  const PAGING = ["offset", "limit"];
+  const PAGE = 50;
   const CORRECT = { yes: true, true: true, 1: true, no: false, false: false, 0: false, unknown: null };
   const app = document.getElementById("app");
-  const view = (window.orchestrionView = { network: null, timeline: null, episode: null, static: !!STATIC });
+  const view = (window.orchestrionView = { network: null, timeline: null, timelines: [], episode: null, compare: null,
+    static: !!STATIC, route: null, changes: 0, refreshes: 0 });
 
   // -- data sources: the same calls over HTTP or over the embedded bundle ---------------
   function httpSource() {
@@ -17,14 +22,19 @@
     }));
     return {
       facets: () => get("api/facets"),
-      episodes: (f) => get("api/episodes?" + new URLSearchParams(f)).then((b) => b.episodes),
+      episodes: (f) => get("api/episodes?" + new URLSearchParams(f)),
       episode: (id) => get("api/episodes/" + encodeURIComponent(id)),
     };
   }
   function staticSource(d) {
     return {
       facets: async () => d.facets,
-      episodes: async (f) => d.episodes.filter((e) => matches(e, f)),
+      episodes: async (f) => {
+        const found = d.episodes.filter((e) => matches(e, f, d.details[e.id]));
+        const offset = Math.max(0, parseInt(f.offset, 10) || 0), limit = Math.max(1, parseInt(f.limit, 10) || PAGE);
+        const page = found.slice(offset, offset + limit);
+        return { episodes: page, count: page.length, total: found.length, offset, limit };
+      },
       episode: async (id) => {
         const key = id in d.details ? id : Object.keys(d.details).find((k) => k.startsWith(id));
         if (!key) throw new Error("no episode with trace id '" + id + "' in this export");
@@ -32,7 +42,11 @@
       },
     };
   }
-  function matches(e, f) {  // the same rules as the API (_viewer_data.episode_summaries)
+  function matches(e, f, detail) {  // the same rules as the API (_viewer_data.episode_summaries)
+    if (f.q) {  // every word of the query in the task prompt, any case
+      const task = detail && detail.task, prompt = String(task && task.prompt !== undefined ? task.prompt : e.prompt).toLowerCase();
+      if (!f.q.toLowerCase().split(/\s+/).filter(Boolean).every((w) => prompt.includes(w))) return false;
+    }
     if (f.strategy && e.strategy !== f.strategy) return false;
     if (f.run && (f.run === "-" ? !!e.run_id : e.run_id !== f.run)) return false;
     if (f.dataset && e.dataset !== f.dataset) return false;
@@ -74,17 +88,23 @@
   function parseHash() {
     const h = location.hash.replace(/^#\/?/, "");
     if (h.startsWith("episode/")) return { episode: decodeURIComponent(h.slice(8)) };
+    if (h.startsWith("compare/")) {
+      const [a, b] = h.slice(8).split("/").map(decodeURIComponent);
+      return { compare: [a, b || ""] };
+    }
     const q = new URLSearchParams(h.replace(/^\?/, ""));
-    return { filters: Object.fromEntries(FILTERS.map((k) => [k, q.get(k) || ""]).filter(([, v]) => v)) };
+    return { filters: Object.fromEntries([...FILTERS, ...PAGING].map((k) => [k, q.get(k) || ""]).filter(([, v]) => v)) };
   }
   async function route() {
     destroyWidgets();
-    const r = parseHash();
+    const r = (view.route = parseHash());
     delete document.body.dataset.ready;
+    const ready = r.episode ? "episode" : r.compare ? "compare" : "list";
     try {
       if (r.episode) await renderEpisode(r.episode);
+      else if (r.compare) await renderCompare(r.compare[0], r.compare[1]);
       else await renderList(r.filters);
-      document.body.dataset.ready = r.episode ? "episode" : "list";
+      document.body.dataset.ready = ready;
     } catch (err) {
       app.replaceChildren(el("p", { class: "error" }, "Could not load: " + err.message));
       document.body.dataset.ready = "error";
@@ -92,42 +112,89 @@
   }
   function destroyWidgets() {
     if (view.network) view.network.destroy();
-    if (view.timeline) view.timeline.destroy();
-    view.network = view.timeline = view.episode = null;
+    view.timelines.forEach((t) => t.destroy());
+    view.network = view.timeline = view.episode = view.compare = null;
+    view.timelines = [];
   }
 
-  // -- the list of runs and episodes ------------------------------------------------------
+  // -- live refresh: the server pushes "change" events; the page re-reads what is shown ---
+  function listen() {
+    if (STATIC || typeof EventSource === "undefined") return;
+    const stream = new EventSource("api/stream");
+    stream.addEventListener("ready", () => { document.body.dataset.live = "open"; setLive("live"); });
+    stream.onerror = () => { document.body.dataset.live = "retrying"; setLive("reconnecting…"); };
+    stream.addEventListener("change", (msg) => {
+      view.changes++;
+      const ids = JSON.parse(msg.data).episodes || [];
+      const r = view.route || {};
+      const shown = r.episode && view.episode ? [view.episode] : r.compare && view.compare ? view.compare : [];
+      if (!r.episode && !r.compare) refresh(() => fillList(r.filters || {}));
+      else if (shown.some((d) => !d.summary.finished && ids.includes(d.summary.id))) refresh(route, true);
+    });
+  }
+  function setLive(text) { const n = document.getElementById("live"); if (n) n.textContent = text; }
+  let busy = null, again = null;
+  function refresh(fn, keepScroll) {  // one refresh at a time; changes meanwhile cause one more
+    if (busy) { again = [fn, keepScroll]; return; }
+    const y = window.scrollY;
+    busy = Promise.resolve(fn()).catch(() => {}).then(() => {
+      if (keepScroll) window.scrollTo(0, y);
+      view.refreshes++;
+      busy = null;
+      if (again) { const [f, k] = again; again = null; refresh(f, k); }
+    });
+  }
+
+  // -- the list of runs and episodes: search, filters, pages --------------------------------
+  const listHash = (f) => "#/?" + new URLSearchParams(Object.entries(f).filter(([, v]) => v));
   async function renderList(filters) {
-    const [facets, episodes] = await Promise.all([source.facets(), source.episodes(filters)]);
+    const facets = await source.facets();
     document.getElementById("source").textContent = (STATIC ? "static export of " + STATIC.episodes.length + (STATIC.episodes.length === 1 ? " episode" : " episodes") + " from " : "") + facets.source;
-    const go = (f) => { location.hash = "#/?" + new URLSearchParams(Object.entries(f).filter(([, v]) => v)); };
+    const go = (f) => { location.hash = listHash({ ...f, offset: "" }); };
     const choose = (name, label, options) => el("label", null, label + " ",
       el("select", { name, onchange: (e) => go({ ...filters, [name]: e.target.value }) },
         el("option", { value: "" }, "any"),
         options.map(([value, text]) => el("option", { value, selected: filters[name] === value ? "selected" : null }, text))));
-    const bar = el("form", { class: "filters", onsubmit: (e) => e.preventDefault() },
+    const search = el("input", { type: "search", name: "q", value: filters.q || "", placeholder: "words in the task", size: 28 });
+    const bar = el("form", { class: "filters", onsubmit: (e) => { e.preventDefault(); go({ ...filters, q: search.value.trim() }); } },
+      el("label", null, "Search ", search), el("button", { type: "submit" }, "Search"),
       choose("strategy", "Strategy", facets.strategies.map((s) => [s, s])),
       choose("run", "Run", facets.runs.map((r) => [r.id, r.id === "-" ? "(no run)" : r.id.slice(0, 16)])),
       choose("dataset", "Dataset", facets.datasets.map((d) => [d, d])),
       choose("correct", "Correct", [["yes", "correct"], ["no", "wrong"], ["unknown", "not scored"]]),
-      Object.keys(filters).length ? el("a", { href: "#/" }, "clear filters") : null);
+      FILTERS.some((k) => filters[k]) ? el("a", { href: "#/" }, "clear filters") : null);
+    show(bar, el("div", { id: "list-body" }));
+    await fillList(filters, facets);
+  }
+  async function fillList(filters, known) {
+    const [facets, page] = await Promise.all([known ? known : source.facets(), source.episodes(filters)]);
+    const body = document.getElementById("list-body");
+    if (!body) return;
     const runs = el("table", { class: "runs" },
       el("tr", null, ["run", "kind", "created", "dataset", "episodes", "correct / scored"].map((h) => el("th", null, h))),
-      facets.runs.map((r) => el("tr", { class: "clickable", onclick: () => go({ ...filters, run: r.id }) },
+      facets.runs.map((r) => el("tr", { class: "clickable", onclick: () => { location.hash = listHash({ ...filters, run: r.id, offset: "" }); } },
         el("td", { class: "mono" }, r.id === "-" ? "(no run)" : r.id), el("td", null, r.kind || ""), el("td", null, when(r.created)),
         el("td", null, r.dataset || ""), el("td", { class: "num" }, r.episodes), el("td", { class: "num" }, r.correct + " / " + r.scored))));
-    const rows = episodes.map((e) => el("tr", { class: "episode-row", "data-id": e.id },
+    const rows = page.episodes.map((e) => el("tr", { class: "episode-row" + (e.finished ? "" : " running"), "data-id": e.id },
       el("td", null, when(e.started)),
       el("td", { class: "mono" }, el("a", { href: "#/episode/" + encodeURIComponent(e.id) }, e.id.slice(0, 12))),
       el("td", null, e.strategy), el("td", null, statusBadge(e.finished ? e.status : e.status + " (unfinished)")),
       el("td", null, correctBadge(e.correct), e.score === null ? "" : " " + e.score),
       el("td", { class: "num" }, tokens(e)), el("td", { class: "num" }, cost(e.cost_usd)), el("td", { class: "num" }, secs(e.wall_s)),
       el("td", { class: "task" }, e.prompt)));
-    show(bar,
-      section("Runs", runs),
-      section("Episodes (" + episodes.length + ")", episodes.length ? el("table", { class: "episodes" },
+    body.replaceChildren(section("Runs", runs),
+      section("Episodes (" + page.total + ")", pager(filters, page), page.episodes.length ? el("table", { class: "episodes" },
         el("tr", null, ["started", "trace id", "strategy", "status", "correct", "tokens", "cost", "wall", "task"].map((h) => el("th", null, h))),
-        rows) : el("p", null, "No episode matches these filters.")));
+        rows) : el("p", null, "No episode matches " + (filters.q ? "this search and these filters." : "these filters."))));
+  }
+  function pager(filters, page) {
+    if (!page.total) return null;
+    const at = (offset) => listHash({ ...filters, offset: offset > 0 ? String(offset) : "" });
+    const last = page.offset + page.episodes.length;
+    return el("nav", { class: "pager", "data-total": page.total, "data-offset": page.offset },
+      page.offset > 0 ? el("a", { href: at(Math.max(0, page.offset - page.limit)), class: "newer" }, "← newer") : null,
+      el("span", null, (page.offset + 1) + "–" + last + " of " + page.total),
+      last < page.total ? el("a", { href: at(last), class: "older" }, "older →") : null);
   }
 
   // -- one episode ------------------------------------------------------------------------
@@ -148,6 +215,7 @@
       el("div", { class: "label" }, "Task"), pre(d.task && d.task.prompt !== undefined ? d.task.prompt : d.task),
       el("div", { class: "label" }, "Answer"), pre(d.answer || "(no answer)", "answer"),
       d.error ? pre(d.error, "error") : null,
+      sameTask(d),
       section(d.graph.mode === "plan" ? "Plan DAG" : "Span graph (this episode has no plan: rounds → calls)", graph,
         d.graph.truncated ? el("p", { class: "hint" }, d.graph.truncated + " deeper spans left out of the graph") : null),
       section("Timeline", el("p", { class: "hint" }, "One bar per span from start to end, one lane per kind; bars that overlap ran at the same time."), timeline),
@@ -157,6 +225,47 @@
       section("Sub-agent messages, revisions and other events (" + d.events.length + ")", eventTable(d)));
     view.network = drawGraph(graph, d.graph);
     view.timeline = drawTimeline(timeline, d);
+  }
+
+  function sameTask(d) {
+    const others = d.same_task || [];
+    if (!others.length) return null;
+    return section("Same task, other episodes (" + others.length + ")", el("table", { class: "same-task" },
+      others.map((o) => el("tr", { "data-id": o.id },
+        el("td", { class: "mono" }, el("a", { href: "#/episode/" + encodeURIComponent(o.id) }, o.id.slice(0, 12))),
+        el("td", null, o.strategy), el("td", null, statusBadge(o.finished ? o.status : o.status + " (unfinished)")),
+        el("td", null, correctBadge(o.correct)), el("td", null, when(o.started)),
+        el("td", null, el("a", { class: "compare-link", href: "#/compare/" + encodeURIComponent(d.summary.id) + "/" + encodeURIComponent(o.id) }, "compare side by side"))))));
+  }
+
+  // -- two episodes side by side ------------------------------------------------------------
+  async function renderCompare(a, b) {
+    const both = await Promise.all([source.episode(a), source.episode(b)]);
+    view.compare = both;
+    const prompt = (d) => (d.task && d.task.prompt !== undefined ? d.task.prompt : JSON.stringify(d.task));
+    const span = Math.max(...both.map((d) => Math.max(0.001, ...d.spans.map((s) => s.shown_end))));
+    const count = (d, kind) => d.spans.filter((s) => s.kind === kind).length;
+    const rows = [["strategy", (s) => s.strategy], ["status", (s) => statusBadge(s.finished ? s.status : s.status + " (unfinished)")],
+      ["correct", (s) => [correctBadge(s.correct), s.score === null ? "" : " score " + s.score]],
+      ["tokens (in+out)", tokens], ["cost", (s) => cost(s.cost_usd)], ["cost units", (s) => String(s.cost_units)],
+      ["wall", (s) => secs(s.wall_s)], ["run", (s) => s.run_id || "(no run)"], ["started", (s) => when(s.started)]];
+    const extra = [["decisions (invalid)", (d) => d.decisions.length + " (" + d.decisions.filter((x) => !x.valid).length + ")"],
+      ["spans", (d) => String(d.spans.length)], ["tool and agent calls", (d) => String(count(d, "tool") + count(d, "agent"))]];
+    const timelines = both.map((d, i) => el("div", { id: "timeline-" + "ab"[i], class: "compare-timeline" }));
+    show(
+      el("p", null, el("a", { href: "#/" }, "← all episodes")),
+      el("h1", null, "Compare two episodes"),
+      prompt(both[0]) === prompt(both[1]) ? null : el("p", { class: "error warn-task" }, "These two episodes have different tasks."),
+      el("div", { class: "label" }, "Task"), pre(prompt(both[0])),
+      el("table", { class: "compare" },
+        el("tr", null, el("th", null, ""), both.map((d) => el("th", { class: "mono" },
+          el("a", { href: "#/episode/" + encodeURIComponent(d.summary.id) }, d.summary.id)))),
+        rows.map(([k, f]) => el("tr", null, el("th", null, k), both.map((d) => el("td", null, f(d.summary))))),
+        extra.map(([k, f]) => el("tr", null, el("th", null, k), both.map((d) => el("td", null, f(d))))),
+        el("tr", null, el("th", null, "answer"), both.map((d) => el("td", null, pre(d.answer || "(no answer)", "answer"))))),
+      section("Timelines (one time scale)", el("div", { class: "side-by-side" },
+        both.map((d, i) => el("div", null, el("h3", null, d.summary.strategy + " · " + d.summary.id.slice(0, 12)), timelines[i])))));
+    view.timelines = both.map((d, i) => drawTimeline(timelines[i], d, span));
   }
 
   function selectSpan(spanId) {
@@ -233,28 +342,36 @@
     return network;
   }
 
-  function drawTimeline(container, d) {
+  // Bars are placed at their exact times (no rounding outwards): a span that starts when another
+  // ends only touches it, and vis-timeline stacks only bars that overlap, so the two share a row.
+  // `span` (seconds) fixes the visible range, so that two timelines side by side share one scale.
+  function drawTimeline(container, d, span) {
     const used = d.lanes.filter((lane) => d.spans.some((s) => s.lane === lane));
     const groups = used.map((lane, i) => ({ id: lane, content: lane, order: i }));
+    const end = Math.max(0.001, span || 0, ...d.spans.map((s) => s.shown_end));
     const items = d.spans.map((s) => {
-      const start = Math.floor(s.start * 1000);
-      return { id: s.id, group: s.lane, type: "range", content: el("span", null, s.name), start: new Date(start),
-        end: new Date(Math.max(start + 1, Math.ceil(s.shown_end * 1000))),
+      const start = s.start * 1000, stop = Math.max(s.shown_end * 1000, start + 0.001);
+      return { id: s.id, group: s.lane, type: "range", content: el("span", null, s.name), start: new Date(start), end: new Date(stop),
         className: "kind-" + cls(s.kind) + " status-" + cls(s.status),
         title: s.kind + " " + s.name + " [" + s.status + "] " + secs(s.start) + " → " + secs(s.shown_end) + ", " + tokens(s) + " tokens, cost " + cost(s.cost_usd) };
     });
     const rel = (date) => "+" + (date.valueOf() / 1000).toFixed(3) + "s";
     const timeline = new vis.Timeline(container, items, groups, {
-      stack: true, groupOrder: "order", showCurrentTime: false, zoomMin: 2, orientation: "top", maxHeight: 520,
-      margin: { item: { horizontal: 0, vertical: 4 } }, tooltip: { followMouse: true },
+      stack: true, groupOrder: "order", showCurrentTime: false, orientation: "top", maxHeight: 520,
+      // a window bounded around the episode: zooming out without limit (to thousands of years) is what
+      // makes vis-timeline warn "Something is wrong with the Timeline scale"
+      start: new Date(0), end: new Date(end * 1000 * 1.02), min: new Date(-end * 50), max: new Date(end * 1000 * 1.2),
+      zoomMin: 10, zoomMax: end * 1000 * 1.25, margin: { item: { horizontal: -1, vertical: 4 } }, tooltip: { followMouse: true },
       format: { minorLabels: rel, majorLabels: () => "" },
     });
     timeline.on("select", (p) => { if (p.items.length) selectSpan(p.items[0]); });
     timeline.on("changed", () => { container.dataset.drawn = "1"; });  // after each redraw, items stacked
     container.dataset.items = String(items.length);
+    view.timelines.push(timeline);
     return timeline;
   }
 
   window.addEventListener("hashchange", route);
   route();
+  listen();
 })();
