@@ -127,7 +127,7 @@ class Bench:
         exe = Path(sys.executable).with_name("orchestrion")
         proc = subprocess.run([str(exe), *args], capture_output=True, text=True,
                               env={**os.environ, "ORCHESTRION_DB": str(self.db)})
-        (self.out / f"{key.replace(':', '_')}.log").write_text(proc.stdout + proc.stderr)
+        (self.out / (key.replace(':', '_').replace('/', '_') + '.log')).write_text(proc.stdout + proc.stderr)
         if proc.returncode != 0:
             reason = (proc.stderr.strip().splitlines() or ["exit " + str(proc.returncode)])[-1]
             self.state[f"failed:{key}"] = reason
