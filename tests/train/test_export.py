@@ -61,9 +61,18 @@ async def test_mask_covers_exactly_the_output_tokens(store: TraceStore, tokenize
 
 
 class NoRetokenizing:
-    """A tokenizer that only knows its EOS: any attempt to tokenize fails the test."""
+    """A tokenizer that only knows its EOS, size and decoding: any attempt to tokenize fails the test."""
 
     eos_token_id = 2
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+
+    def __len__(self) -> int:
+        return len(self.real)
+
+    def decode(self, ids: list[int], **k: Any) -> str:
+        return str(self.real.decode(ids, **k))
 
     def apply_chat_template(self, *a: Any, **k: Any) -> Any:
         raise AssertionError("re-tokenized the prompt")
@@ -86,11 +95,23 @@ def stored_ids_record(tokenizer: Any) -> DecisionRecord:
 def test_stored_ids_are_used_as_they_are(tokenizer: Any) -> None:
     rec = stored_ids_record(tokenizer)
     assert rec.prompt_token_ids is not None and rec.token_ids is not None
-    ids, mask = tokenize_record(rec, NoRetokenizing())
+    ids, mask = tokenize_record(rec, NoRetokenizing(tokenizer))
     assert ids == rec.prompt_token_ids + rec.token_ids + [2]
     check_mask(rec, ids, mask, rec.prompt_token_ids, tokenizer)
     rec.token_ids = rec.token_ids + [2]  # an EOS already recorded is not doubled
-    assert tokenize_record(rec, NoRetokenizing())[0] == rec.prompt_token_ids + rec.token_ids
+    assert tokenize_record(rec, NoRetokenizing(tokenizer))[0] == rec.prompt_token_ids + rec.token_ids
+
+
+def test_ids_stored_by_another_model_are_retokenized(tokenizer: Any) -> None:
+    """A teacher's decisions (another model, another vocabulary) are re-tokenized for the student."""
+    rec = stored_ids_record(tokenizer)
+    own_prompt, own_output = list(rec.prompt_token_ids or []), list(rec.token_ids or [])
+    rec.prompt_token_ids = [151644, *own_prompt]  # an id beyond this vocabulary (Qwen's <|im_start|>)
+    assert tokenize_record(rec, tokenizer)[0][: len(own_prompt)] == chat_ids(tokenizer, rec.messages)
+    rec.prompt_token_ids = own_prompt
+    rec.token_ids = [i + 1 for i in own_output]  # in range, but other tokens: they decode to other text
+    ids, mask = tokenize_record(rec, tokenizer)
+    assert ids[len(own_prompt):-1] == own_output and sum(mask) == len(own_output) + 1
 
 
 async def test_trl_export_loads_and_sft_trainer_masks_the_prompt(store: TraceStore, tokenizer: Any,
@@ -224,7 +245,7 @@ async def test_embedded_para_ids_round_trip_and_cli(store: TraceStore, tokenizer
         # the recorded ids are what llama.cpp generated: they decode to the stored output exactly
         assert tokenizer.decode(rec.token_ids) == rec.output
         assert rec.logprobs is not None and len(rec.logprobs) == len(rec.token_ids)
-        ids, mask = tokenize_record(rec, NoRetokenizing())
+        ids, mask = tokenize_record(rec, NoRetokenizing(tokenizer))
         assert ids[: len(rec.prompt_token_ids)] == rec.prompt_token_ids
         check_mask(rec, ids, mask, rec.prompt_token_ids, tokenizer)
         # llama.cpp's prompt ids are the ones the HF chat template gives for the same messages

@@ -47,18 +47,32 @@ def _ids(value: Any) -> list[int]:
     return [int(i) for i in value]
 
 
+def _ids_fit(rec: DecisionRecord, tokenizer: Any) -> bool:
+    """Whether the record's stored ids come from ``tokenizer``: all in its vocabulary, and the
+    output ids decode to the recorded output text."""
+    if rec.token_ids is None:
+        return rec.prompt_token_ids is not None and max(rec.prompt_token_ids, default=0) < len(tokenizer)
+    ids = [*rec.token_ids, *(rec.prompt_token_ids or [])]
+    if max(ids, default=0) >= len(tokenizer):
+        return False
+    return str(tokenizer.decode(list(rec.token_ids), skip_special_tokens=True)).strip() == rec.output.strip()
+
+
 def tokenize_record(rec: DecisionRecord, tokenizer: Any) -> tuple[list[int], list[int]]:
     """``(input_ids, completion_mask)``: prompt ids then completion ids plus EOS; the mask is 1
     exactly on the orchestrator's output tokens (and the EOS that ends them).
 
-    Stored ids are used when the backend recorded them; otherwise the prompt is the chat
-    template with the generation prompt and the completion is the output tokenized alone.
+    Stored ids are used when the backend recorded them *with this tokenizer* (a teacher's
+    decisions made by another model are re-tokenized: its ids mean other tokens here);
+    otherwise the prompt is the chat template with the generation prompt and the completion is
+    the output tokenized alone.
     """
-    if rec.prompt_token_ids is not None:
+    stored = _ids_fit(rec, tokenizer)
+    if stored and rec.prompt_token_ids is not None:
         prompt = list(rec.prompt_token_ids)
     else:
         prompt = _ids(tokenizer.apply_chat_template(rec.messages, add_generation_prompt=True, tokenize=True))
-    if rec.token_ids is not None:
+    if stored and rec.token_ids is not None:
         completion = list(rec.token_ids)
     else:
         completion = _ids(tokenizer(rec.output, add_special_tokens=False)["input_ids"])
