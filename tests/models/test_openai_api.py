@@ -302,3 +302,24 @@ async def test_fake_server_runs_as_a_process() -> None:
         out = await model.complete(MESSAGES, CFG)
         await model.aclose()
     assert out.text == "from a process" and url.endswith("/v1")
+
+
+async def test_a_hung_server_is_waited_for_once_not_per_retry(server: FakeOpenAIServer) -> None:
+    server.delay_s = 5
+    model = make(server, timeout_s=0.3, max_retries=3)
+    with pytest.raises(ModelUnavailableError, match=r"timed out after 0.3s \(1 attempt\); is the server"):
+        await model.complete(MESSAGES, CFG)
+    assert server.count == 1
+    await model.aclose()
+
+
+def test_default_timeouts_fail_a_dead_server_within_a_minute() -> None:
+    from orchestrion.models.openai_api import CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
+    from orchestrion.models.pool import ModelSpec
+
+    model = OpenAIAPIModel("m", "http://127.0.0.1:9/v1")
+    spec = ModelSpec(name="m", base_url="http://127.0.0.1:9/v1")
+    assert model.timeout_s == spec.timeout_s == DEFAULT_TIMEOUT_S < 60  # a hang: one timeout, no retry
+    assert CONNECT_TIMEOUT_S < DEFAULT_TIMEOUT_S  # a black-holed host: one connect timeout, no retry
+    assert spec.max_retries * model.max_backoff_s < 60  # refused connections: retries with capped backoff
+    assert model._timeout.sock_connect == CONNECT_TIMEOUT_S and model._timeout.total == DEFAULT_TIMEOUT_S

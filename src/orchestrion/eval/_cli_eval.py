@@ -6,21 +6,26 @@ import asyncio
 import dataclasses
 import signal
 import sys
+from collections import Counter
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .._cli_common import DbOpt, PoolOpt, err, friendly, out, parse_settings
+from .._cli_common import DbOpt, PoolOpt, err, fail, friendly, out, parse_settings
 from .._errors import ConfigError
 from ..models.pool import default_pool_ref
 from ..runtime.budget import Budget
+from ..trace._otel_cli import OtlpOpt, finish_sender, start_sender
 from ..trace.store import TraceStore
 from .executors import Outcome, make_executor
 from .runner import EvalConfig, EvalRun, Observer, Tally, resume_command, resume_config, run_eval
-from .summary import summarize, summary_table
+from .summary import counted_episodes, summarize, summary_table
+
+if TYPE_CHECKING:
+    from ..trace.otel import OtlpSender
 
 
 class _ProgressObserver(Observer):
@@ -30,6 +35,7 @@ class _ProgressObserver(Observer):
         self.progress = progress
         self.task_id: Any = None
         self.run_id: str | None = None
+        self.sender: OtlpSender | None = None
 
     def started(self, run_id: str, tally: Tally, resumed: bool) -> None:
         self.run_id = run_id
@@ -41,6 +47,14 @@ class _ProgressObserver(Observer):
 
     def episode(self, outcome: Outcome, tally: Tally) -> None:
         self.progress.update(self.task_id, completed=tally.done, stats=_stats(tally))
+        if self.sender is not None and outcome.episode_id:
+            self.sender.add(outcome.episode_id)  # committed: its spans go out as OTel now
+
+
+def _stop(progress: Progress) -> None:
+    """Stop the bar if it ever started (stopping an unstarted one prints a stray blank line)."""
+    if progress.live.is_started:
+        progress.stop()
 
 
 def _stats(tally: Tally) -> str:
@@ -81,6 +95,7 @@ def register(app: typer.Typer) -> None:
             "--ray-address", help="Ray cluster address; default: a local instance")] = None,
         resume: Annotated[str | None, typer.Option("--resume", help="RUN_ID of an interrupted run to finish")] = None,
         as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
+        otlp_endpoint: OtlpOpt = None,
     ) -> None:
         """Evaluate strategies on a dataset: tasks x strategies x epochs, scored and traced, resumable."""
         store = TraceStore(db)
@@ -118,6 +133,7 @@ def register(app: typer.Typer) -> None:
         progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                             TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), console=err, transient=True)
         observer = _ProgressObserver(progress)
+        observer.sender = start_sender(otlp_endpoint, store)
         async def main() -> EvalRun:
             # Ctrl-C: stop starting episodes and cancel those in flight; the run is marked interrupted
             loop, task = asyncio.get_running_loop(), asyncio.current_task()
@@ -136,14 +152,15 @@ def register(app: typer.Typer) -> None:
         try:
             run = asyncio.run(main())
         except (KeyboardInterrupt, asyncio.CancelledError):
-            progress.stop()
+            _stop(progress)
             run_id = observer.run_id
             err.print("interrupted; finished episodes are kept.")
             if run_id:
                 err.print(f"resume with: {resume_command(run_id, db)}", highlight=False)
             raise typer.Exit(130) from None
         finally:
-            progress.stop()
+            _stop(progress)
+            finish_sender(observer.sender)
         summaries = summarize(store, run.run_id)
         if as_json:
             body = {"run_id": run.run_id, "summaries": [dataclasses.asdict(s) for s in summaries]}
@@ -152,4 +169,17 @@ def register(app: typer.Typer) -> None:
             title = f"{run.config.dataset} — run {run.run_id}"
             out.print(summary_table(summaries, title=title))
         err.print(f"run {run.run_id} finished: {run.ran} episodes ran, {run.skipped} were done before", highlight=False)
+        _fail_if_nothing_succeeded(store, run.run_id)
+
+
+def _fail_if_nothing_succeeded(store: TraceStore, run_id: str) -> None:
+    """Exit 1 with one line when no counted episode of the run ended ok (every one errored, say)."""
+    episodes = counted_episodes(store, run_id)
+    if any(ep["status"] == "ok" for ep in episodes):
+        return
+    statuses = Counter(str(ep["status"]) for ep in episodes)
+    seen = ", ".join(f"{n} {status}" for status, n in statuses.most_common()) or "no episodes"
+    errors = [str(ep.get("error") or "") for ep in episodes if ep.get("error")]
+    first = f"; first error: {errors[0].splitlines()[0][:200]}" if errors else ""
+    fail(f"run {run_id}: no episode succeeded ({seen}){first}", code=1)
 

@@ -5,7 +5,9 @@ run it again; its episodes carry its id, their task id, strategy and epoch.
 Each episode is scored inside :func:`orchestrion.api.solve`, by the same update
 that marks it finished, so an episode is either absent, unfinished, or finished
 and scored. Resuming runs exactly the (task, strategy, epoch) triples that have
-no counted episode yet and marks the unfinished leftovers ``interrupted``.
+no counted episode yet and marks the unfinished leftovers ``interrupted``. One
+process at a time runs a given run (:mod:`._lock`); a second one is refused with
+the holder's pid, host and start time.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..runtime.types import Task
 from ..strategies.base import get_strategy
 from ..trace.store import TraceStore
 from ..trace.tracer import new_id
+from ._lock import run_lock
 from .executors import EpisodeJob, Executor, Outcome, PoolFactory, PoolSource, WorkItem, make_executor
 from .summary import counted_episodes, run_info
 
@@ -188,14 +191,23 @@ async def run_eval(
     if resume is not None:
         run_id, config = resume_config(store, resume)
     check_strategies(config.strategies, config.options)
-    budget = Budget.model_validate(config.budget)
+    Budget.model_validate(config.budget)  # a bad budget fails before anything starts
     tasks, scorer, kind = load_tasks(config)
-    ids = [t.id or "" for t in tasks]
     pool_factory = pool or PoolSource(config.pool, adapter=config.orchestrator_adapter)
     the_executor = executor or make_executor(config.executor, concurrency=config.concurrency,
                                              ray_address=config.ray_address)
-    if resume is None:
-        run_id = new_id()
+    run_id = new_id() if resume is None else run_id
+    with run_lock(store.path, run_id):  # a second process on this run stops here, naming the holder
+        return await _run_locked(config, store, run_id, resume is not None, tasks, scorer, kind, pool_factory,
+                                 the_executor, watcher)
+
+
+async def _run_locked(config: EvalConfig, store: TraceStore, run_id: str, resumed: bool, tasks: list[Task],
+                      scorer: Any, kind: str | None, pool_factory: PoolFactory | PoolSource, the_executor: Executor,
+                      watcher: Observer) -> EvalRun:
+    budget = Budget.model_validate(config.budget)
+    ids = [t.id or "" for t in tasks]
+    if not resumed:
         config = config.model_copy(update={"dataset_kind": kind, "task_ids": ids})
         store.create_run(run_id, "eval", config.model_dump())
     else:
@@ -210,7 +222,7 @@ async def run_eval(
     items = work_items(tasks, config.strategies, config.epochs, done)
     job = EpisodeJob(run_id=run_id, pool=pool_factory, scorer=scorer, budget=budget, options=dict(config.options),
                      seed=config.seed)
-    watcher.started(run_id, tally, resume is not None)
+    watcher.started(run_id, tally, resumed)
 
     def on_done(outcome: Outcome) -> None:
         tally.add(outcome.score, outcome.cost_usd, outcome.status)

@@ -4,7 +4,9 @@ Speaks the wire protocol over aiohttp + orjson (the official SDK costs 2-3 ms CP
 call): one lazily made ``ClientSession`` per event loop, unbounded connection pool.
 Each failure is a one-line :class:`ModelError`: a 4xx other than 429 fails at once; 429,
 5xx, connection errors and timeouts are retried with exponential backoff and jitter
-(``Retry-After`` honoured, capped), then raise :class:`ModelUnavailableError`. An HTTP
+(``Retry-After`` honoured, capped), then raise :class:`ModelUnavailableError`. A timeout
+is not retried (a hung server hangs again), so with the defaults (45 s per request, 10 s
+to connect, 3 retries) a dead or hung server fails in under a minute. An HTTP
 error status is a :class:`ModelHTTPError` carrying ``status``, ``body`` and ``retryable``.
 A missing API-key variable is a :class:`ConfigError`.
 """
@@ -17,7 +19,7 @@ import os
 import random
 import re
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import aiohttp
@@ -35,6 +37,10 @@ StructuredMode = Literal["auto", "json_schema", "json_object", "json_object_sche
 _AUTO_ORDER: tuple[str, ...] = ("json_schema", "json_object", "prompt")
 _FALLBACK_HINTS = ("response_format", "json_schema", "json_object", "structured", "guided", "grammar")
 _JSON_HEADERS = {"Content-Type": "application/json"}
+# A hung server fails after one DEFAULT_TIMEOUT_S and a black-holed one after one CONNECT_TIMEOUT_S
+# (timeouts are not retried); a refused connection is retried with capped backoff: all under a minute.
+DEFAULT_TIMEOUT_S = 45.0
+CONNECT_TIMEOUT_S = 10.0
 _HINTS = {
     401: "; check the API key in {key}",
     403: "; check the API key in {key}",
@@ -59,7 +65,7 @@ class OpenAIAPIModel:
 
     def __init__(
         self, name: str, base_url: str, *, model: str | None = None, api_key_env: str | None = None,
-        timeout_s: float = 120.0, max_retries: int = 3, structured: StructuredMode = "auto",
+        timeout_s: float = DEFAULT_TIMEOUT_S, max_retries: int = 3, structured: StructuredMode = "auto",
         price: Price | None = None, backoff_s: float = 0.5, max_backoff_s: float = 8.0,
         max_retry_after_s: float = 30.0, extra_body: Mapping[str, Any] | None = None,
     ) -> None:
@@ -82,7 +88,7 @@ class OpenAIAPIModel:
         self.constrains_json = structured != "prompt"
         self._auto_mode = _AUTO_ORDER[0]
         self._auto_confirmed = False
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(CONNECT_TIMEOUT_S, timeout_s))
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
 
@@ -93,7 +99,10 @@ class OpenAIAPIModel:
 
     # -- public API -----------------------------------------------------------------
     async def complete(self, messages: Sequence[Message], config: GenerateConfig) -> Completion:
-        """One non-streamed completion; raises a :class:`ModelError` subclass on failure."""
+        """One completion (streamed when ``config.on_text`` wants the pieces); raises a
+        :class:`ModelError` subclass on failure."""
+        if config.on_text is not None:
+            return await self._complete_streamed(messages, config, config.on_text)
         start = time.perf_counter()
         _, raw, mode = await self._post(messages, config, stream=False)
         return self._parse(raw, config, mode, start)
@@ -107,6 +116,16 @@ class OpenAIAPIModel:
         ``extra["ttft_s"]``, the time to the first piece).
         """
         return ChatStream(self, messages, config)
+
+    async def _complete_streamed(self, messages: Sequence[Message], config: GenerateConfig,
+                                 on_text: Callable[[str], None]) -> Completion:
+        """A streamed request whose pieces go to ``on_text`` as they arrive; the whole Completion."""
+        async with self.stream(messages, config) as chat:
+            async for piece in chat:
+                on_text(piece)
+        if chat.completion is None:
+            raise ModelError(f"model '{self.name}' at {self.url}: the stream ended without a completion")
+        return chat.completion
 
     async def aclose(self) -> None:
         session, self._session = self._session, None
@@ -188,10 +207,14 @@ class OpenAIAPIModel:
             except (aiohttp.ClientError, TimeoutError) as exc:
                 kind = "timeout" if isinstance(exc, TimeoutError) else "unreachable"
                 problem = _one_line(str(exc) or type(exc).__name__)
+                if kind == "timeout":  # a hanging server hangs again: one wait of timeout_s, not one per retry
+                    attempts = attempt + 1
+                    break
         where = f"model '{self.name}' at {self.url}"
         if kind == "timeout":
+            tries = f"{attempts} attempt" + ("s" if attempts > 1 else "")
             raise ModelUnavailableError(
-                f"{where} timed out after {self.timeout_s:g}s ({attempts} attempts); is the server overloaded?"
+                f"{where} timed out after {self.timeout_s:g}s ({tries}); is the server overloaded or hung?"
                 " raise timeout_s for this model"
             )
         if kind == "failing":

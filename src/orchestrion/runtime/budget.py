@@ -1,15 +1,17 @@
 """Budgets: limits on tokens, dollars, cost units, steps, rounds, sub-agents and wall time.
 
 The tracker lives in one episode's context. Work checks it before it starts a
-model or tool call; going over raises :class:`BudgetExceededError`, which the
-episode runner turns into the status ``budget_exceeded`` with the trace kept.
+model or tool call, and the call whose spend crosses a tokens, dollars or cost-unit
+limit raises as soon as it is charged (its span is recorded first); either way
+:class:`BudgetExceededError` becomes the episode status ``budget_exceeded`` with
+the trace kept.
 """
 
 from __future__ import annotations
 
 import time
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._errors import BudgetExceededError, ConfigError
 from ..models._types import Usage
@@ -41,8 +43,19 @@ class Budget(BaseModel):
             values[key.strip()] = value.strip()
         try:
             return cls.model_validate(values)
-        except ValueError as exc:
-            raise ConfigError(f"--budget: {exc}".splitlines()[0]) from None
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            name = str(first["loc"][0]) if first["loc"] else "?"
+            raise ConfigError(f"--budget {name}={values.get(name, '')}: {_expected(name)}") from None
+
+
+def _expected(name: str) -> str:
+    """The form a budget field takes, for a one-line error."""
+    field = Budget.model_fields[name]
+    whole = field.annotation == int | None
+    kind = "a whole number" if whole else "a number"
+    example = {"tokens": "4000", "wall_s": "60", "cost_usd": "0.05"}.get(name, "10" if whole else "2.5")
+    return f"expected {kind} greater than 0, e.g. --budget {name}={example}"
 
 
 class BudgetTracker:
@@ -61,7 +74,13 @@ class BudgetTracker:
         return time.monotonic() - self.started
 
     def charge(self, usage: Usage) -> None:
+        """Add what a call spent; the call that takes a spend limit past its budget raises at once."""
         self.usage.add(usage)
+        b = self.budget
+        self._over("tokens", self.usage.total_tokens, b.tokens, strict=True)
+        if self.usage.cost_usd is not None:
+            self._over("cost_usd", self.usage.cost_usd, b.cost_usd, strict=True)
+        self._over("cost_units", self.usage.cost_units, b.cost_units, strict=True)
 
     def step(self) -> None:
         """Count one model or tool call, after checking every limit."""

@@ -1,0 +1,73 @@
+"""One process at a time per eval run: an advisory lock file beside the trace database.
+
+The lock is ``flock(2)`` on ``<db>.run-<RUN_ID>.lock``: the kernel drops it when its
+holder exits, ``kill -9`` included, so a lock left by a dead process is simply free
+again and the next taker rewrites the holder note (pid, host, start time). A taker
+checks, once it holds the lock, that the file is still the one at that path (the
+releaser unlinks it while holding it), so two processes never hold locks on two
+different files for the same run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from .._errors import RunLockedError
+
+
+def lock_path(db: Path, run_id: str) -> Path:
+    return db.with_name(f"{db.name}.run-{run_id}.lock")
+
+
+def _holder(path: Path) -> str:
+    try:
+        note = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        note = {}
+    started = note.get("started")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)) if isinstance(started, (int, float)) else "?"
+    return f"pid {note.get('pid', '?')} on host {note.get('host', '?')} since {when}"
+
+
+def _take(path: Path) -> int:
+    """An open fd holding the lock on the file now at ``path``; raises RunLockedError if held."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise RunLockedError(
+                f"run {path.name.split('.run-')[-1].removesuffix('.lock')} is already being run by "
+                f"{_holder(path)}; wait for it to finish or stop that process, then resume again"
+            ) from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            return fd
+        os.close(fd)  # the releaser unlinked it between our open and our lock: try the new file
+
+
+@contextlib.contextmanager
+def run_lock(db: Path, run_id: str) -> Iterator[Path]:
+    """Hold the run's lock for the block; RunLockedError names the live holder."""
+    path = lock_path(db, run_id)
+    fd = _take(path)
+    try:
+        note = {"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()}
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps(note).encode(), 0)
+        yield path
+    finally:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)

@@ -1,0 +1,197 @@
+"""The sandbox launcher: a separate program that isolates itself, then execs the code.
+
+Nothing here runs in the orchestrator's process. :mod:`._sandbox` reads this file's
+source and starts it as ``python -I -S -c SOURCE CONFIG-JSON``, so every ``unshare``
+and ``mount`` happens in a fresh single-threaded interpreter, never in a
+``preexec_fn`` while the trace writer thread is alive. Standard library only.
+
+The config names a backend:
+
+``bwrap``
+    Set the limits, then (as root) enter a private mount namespace where the
+    interpreter is reachable by the throw-away uid, drop to that uid, set
+    no-new-privileges and exec bubblewrap, which builds a minimal read-only view.
+``audit-hook``
+    Only the limits and no-new-privileges; the code's own prelude installs the hook.
+``namespaces``
+    Unshare mount, PID and network namespaces (plus a user namespace when not
+    root), cover every top-level directory that is not a system one with an
+    empty tmpfs, bind back the interpreter and the working directory, make every
+    other mount read-only, then fork PID 1 of the new PID namespace, which mounts
+    a fresh ``/proc``, drops to the throw-away uid and runs the code as PID 2.
+
+A setup failure exits 125 with one line on stderr starting ``orchestrion-sandbox:``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import resource
+import signal
+import sys
+from typing import Any, NoReturn
+
+Config = dict[str, Any]
+
+SETUP_FAILED = 125
+_NEWNS, _NEWUSER, _NEWPID, _NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+_RDONLY, _NOSUID, _NODEV, _NOEXEC, _REMOUNT, _BIND, _REC, _PRIVATE = 1, 2, 4, 8, 0x20, 0x1000, 0x4000, 0x40000
+_KEPT = {"nosuid": _NOSUID, "nodev": _NODEV, "noexec": _NOEXEC}
+_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _fail(message: str) -> NoReturn:
+    os.write(2, f"orchestrion-sandbox: {message}\n".encode())
+    os._exit(SETUP_FAILED)
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    raw = [None if s is None else s.encode() for s in (source, target, fstype, data)]
+    if _libc.mount(raw[0], raw[1], raw[2], ctypes.c_ulong(flags), raw[3]) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"mount {target}: {os.strerror(err)}")
+
+
+def _unshare(flags: int) -> None:
+    if _libc.unshare(flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare: {os.strerror(err)}")
+
+
+def _limits(cfg: Config) -> None:
+    mib = 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (cfg["memory_mb"] * mib,) * 2)
+    resource.setrlimit(resource.RLIMIT_CPU, (cfg["cpu_s"], cfg["cpu_s"] + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (cfg["max_file_mb"] * mib,) * 2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if cfg.get("nproc") is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (cfg["nproc"],) * 2)
+
+
+def _mount_points() -> list[tuple[str, int]]:
+    """Every mount point with the nosuid/nodev/noexec flags to keep, from mountinfo."""
+    with open("/proc/self/mountinfo", encoding="utf-8") as fh:
+        rows = [line.split() for line in fh]
+
+    def unescape(path: str) -> str:  # mountinfo writes a space as \\040
+        return path.encode().decode("unicode_escape") if "\\" in path else path
+
+    return [(unescape(r[4]), sum(_KEPT.get(o, 0) for o in r[5].split(","))) for r in rows]
+
+
+def _cover(cfg: Config) -> None:
+    """Empty tmpfs over each cover, then the interpreter and working directory bound back."""
+    _mount(None, "/", None, _REC | _PRIVATE)  # nothing below reaches the host
+    fds = [(os.open(path, os.O_PATH | os.O_DIRECTORY), path) for path in cfg["binds"]]
+    for path, mode in cfg["covers"]:
+        _mount("tmpfs", path, "tmpfs", _NOSUID | _NODEV, f"mode={mode},size={cfg['tmpfs_mb']}m")
+    for fd, path in fds:
+        os.makedirs(path, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, None, _BIND | _REC)
+        os.close(fd)
+
+
+def _read_only(writable: set[str]) -> None:
+    for point, flags in _mount_points():
+        if point in writable or point.startswith("/proc"):
+            continue
+        try:
+            _mount(None, point, None, _REMOUNT | _BIND | _RDONLY | flags)
+        except OSError:
+            if point == "/":
+                raise
+
+
+def _map_user(uid: int, gid: int) -> None:
+    """Inside a fresh user namespace (not root): keep the same ids."""
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w", encoding="ascii") as fh:
+            fh.write(text)
+
+
+def _drop(uid: int | None) -> None:
+    if uid is not None:
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(NO_NEW_PRIVS)")
+
+
+def _wait_for(pid: int) -> int:
+    while True:
+        got, status = os.waitpid(-1, 0)
+        if got == pid:
+            return os.waitstatus_to_exitcode(status)
+
+
+def _exit_like(code: int) -> NoReturn:
+    """Hand a child's ending on: an exit code as is, a signal death as that signal."""
+    if code < 0:
+        if -code not in (signal.SIGKILL, signal.SIGSTOP):
+            signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+        code = 128 - code
+    os._exit(code)
+
+
+def _init(cfg: Config) -> NoReturn:
+    """PID 1 of the sandbox: fresh /proc, drop privileges, run the code as PID 2, reap orphans."""
+    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with the launcher
+    _mount("proc", "/proc", "proc", _NOSUID | _NODEV | _NOEXEC)
+    _drop(cfg["uid"])
+    os.chdir(cfg["workdir"])
+    if (child := os.fork()) == 0:
+        try:
+            os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
+        finally:
+            os._exit(127)
+    code = _wait_for(child)
+    os._exit(128 - code if code < 0 else code)
+
+
+def _namespaces(cfg: Config) -> NoReturn:
+    root = os.geteuid() == 0
+    uid, gid = os.getuid(), os.getgid()
+    _unshare(_NEWNS | _NEWPID | _NEWNET | (0 if root else _NEWUSER))
+    if not root:
+        _map_user(uid, gid)
+    _cover(cfg)
+    _read_only({cfg["workdir"], *cfg["writable"]})
+    if (init := os.fork()) == 0:
+        try:
+            _init(cfg)
+        except OSError as exc:
+            _fail(f"namespaces: {exc}")
+    _exit_like(_wait_for(init))
+
+
+def _bwrap(cfg: Config) -> NoReturn:
+    if os.geteuid() == 0:  # make the interpreter reachable by the throw-away uid
+        _unshare(_NEWNS)
+        _cover(cfg)
+    _drop(cfg["uid"])
+    os.chdir(cfg["workdir"])
+    argv = [*cfg["bwrap"], "--", *cfg["argv"]]
+    os.execve(argv[0], argv, cfg["env"])
+
+
+def _limits_only(cfg: Config) -> NoReturn:
+    _drop(None)
+    os.execve(cfg["argv"][0], cfg["argv"], cfg["env"])
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    try:
+        _limits(cfg)
+        {"bwrap": _bwrap, "namespaces": _namespaces}.get(cfg["backend"], _limits_only)(cfg)
+    except OSError as exc:
+        _fail(f"{cfg['backend']}: {exc}")
+
+
+if __name__ == "__main__":
+    main()
