@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import shutil
-import sqlite3
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -43,6 +42,7 @@ from typing import Any
 import orjson
 
 from .._errors import TraceError
+from ..trace._watch import FileWatch
 from ..trace.store import TraceStore
 from . import _viewer_data as data
 
@@ -118,46 +118,12 @@ def create_app(store: TraceStore) -> Any:
     return app
 
 
-class _FileWatch:
-    """Commits of other connections to the trace file, seen through ``PRAGMA data_version``."""
-
-    def __init__(self, path: Path | None) -> None:
-        self.conn: sqlite3.Connection | None = None
-        self.since = time.time()
-        if path is None:
-            return
-        try:  # read-only: a missing file stays missing
-            self.conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
-            self.version = self.conn.execute("PRAGMA data_version").fetchone()[0]
-        except sqlite3.Error:
-            self.close()
-
-    def changed(self) -> set[str] | None:
-        """Episodes running or finished since the last look, if another connection committed; else None."""
-        if self.conn is None:
-            return None
-        try:
-            version = self.conn.execute("PRAGMA data_version").fetchone()[0]
-            if version == self.version:
-                return None
-            self.version, since, self.since = version, self.since, time.time()
-            rows = self.conn.execute("SELECT id FROM episodes WHERE finished = 0 OR ended >= ?", (since - 1.0,))
-            return {r[0] for r in rows}
-        except sqlite3.Error:
-            return None
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-
-
 async def watch(store: TraceStore, interval_s: float = WATCH_INTERVAL_S,
                 watch_file: bool = True) -> AsyncIterator[set[str] | None]:
     """Yield the ids of episodes that changed (an empty set: which is unknown), about once per
     ``interval_s`` at most; None as a heartbeat. The first item, an empty set, comes once listening.
     ``watch_file=False`` hears this process's writes only (the bus)."""
-    files = _FileWatch(store.path if watch_file else None)
+    files = FileWatch(store.path if watch_file else None)
     quiet_since = time.monotonic()
     try:
         with store.bus.subscribe() as bus:
