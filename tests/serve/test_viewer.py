@@ -190,10 +190,10 @@ def test_episode_lists_the_other_episodes_of_its_task(client: TestClient, episod
 
 
 def test_the_live_stream_never_creates_a_database(tmp_path: Path) -> None:
-    from orchestrion.serve.viewer import _FileWatch
+    from orchestrion.trace._watch import FileWatch
 
     missing = tmp_path / "missing.db"
-    watcher = _FileWatch(missing)  # the stream's read-only look at the file
+    watcher = FileWatch(missing)  # the stream's read-only look at the file
     assert watcher.changed() is None and not missing.exists()
     watcher.close()
 
