@@ -43,6 +43,7 @@ from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, TraceStore
 from orchestrion.eval.runner import EvalConfig, run_eval
 from orchestrion.eval.summary import summarize
 from orchestrion.train.grpo import train_grpo
+from orchestrion.train.settings import GRPOSettings
 
 BIN = Path(sys.executable).parent / "orchestrion"
 
@@ -157,8 +158,9 @@ def main() -> None:
         adapter = out / f"adapter-grpo-{seed}"
         print(f"$ train_grpo(jsonl:{train}, limit={args.grpo_limit}, group=4, steps={args.grpo_steps}, adapter={sft}, "
               f"seed={seed}, pool=demo pool, options={OPTIONS})", flush=True)
-        train_grpo(f"jsonl:{train}", out=adapter, limit=args.grpo_limit, group=4, steps=args.grpo_steps, adapter=sft,
-                   seed=seed, pool=demo_pool(), options=OPTIONS, store=TraceStore(db), lr=args.lr)
+        settings = GRPOSettings(engine="loop", out=adapter, limit=args.grpo_limit, group=4, steps=args.grpo_steps,
+                                adapter=sft, seed=seed, options=OPTIONS, lr=args.lr)
+        train_grpo(f"jsonl:{train}", settings, pool=demo_pool(), store=TraceStore(db))
         grpo_rows.append(asyncio.run(evaluate(test, db, f"grpo seed {seed}", adapter, args.test)))
     results["grpo"] = grpo_rows
     if grpo_rows:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from .eval.summary import StrategySummary, summarize
     from .train.records import DecisionRecord, RecordFilter, filter_records, load_records
     from .train.rewards import RewardConfig
+    from .train.settings import GRPOSettings, OPODSettings, RolloutSettings, SFTSettings, TreeSettings
 
 # public name -> module it lives in, imported on first access
 _LAZY: dict[str, str] = {
@@ -61,6 +62,8 @@ _LAZY: dict[str, str] = {
     **dict.fromkeys(("StrategySummary", "summarize"), ".eval.summary"),
     **dict.fromkeys(("DecisionRecord", "RecordFilter", "filter_records", "load_records"), ".train.records"),
     "RewardConfig": ".train.rewards",
+    **dict.fromkeys(("GRPOSettings", "OPODSettings", "RolloutSettings", "SFTSettings", "TreeSettings"),
+                    ".train.settings"),
 }
 
 
@@ -90,6 +93,7 @@ __all__ = [
     "TraceError", "TraceStore", "Tracer", "Usage", "__version__", "default_tools", "get_strategy", "load_pool",
     "msg", "register", "run_dag", "solve", "solve_sync", "strategies",
     "Dataset",
+    "GRPOSettings", "OPODSettings", "RolloutSettings", "SFTSettings", "TreeSettings",
     "fetch_dataset",
     "list_datasets",
     "load_dataset",

@@ -20,6 +20,7 @@ from orchestrion.strategies.base import Answer, Strategy, Task
 from orchestrion.train._policy import Policy
 from orchestrion.train._types import TrainSample
 from orchestrion.train.grpo import grpo_update, set_old_logprobs, train_grpo
+from orchestrion.train.settings import GRPOSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,8 +90,9 @@ def test_two_updates_on_a_fixed_batch_lower_the_loss(policy: Policy) -> None:
 def test_loop_on_a_scripted_pool(tmp_path: Path, store: TraceStore) -> None:
     pool = Pool.from_models([ScriptedModel(by_seed, name="orch")])
     lines: list[str] = []
-    result = train_grpo(Tasks(2), out=tmp_path / "out", limit=2, group=2, steps=2, strategy=OneDecision(), pool=pool,
-                        store=store, lr=1e-3, progress=lines.append)
+    settings = GRPOSettings(engine="loop", out=tmp_path / "out", limit=2, group=2, steps=2, strategy=OneDecision(),
+                            lr=1e-3)
+    result = train_grpo(Tasks(2), settings, pool=pool, store=store, progress=lines.append)
     assert [s.groups_kept for s in result.steps] == [2, 2]
     assert all(s.loss is not None and s.samples == 4 and s.mean_reward == 0.5 for s in result.steps)
     assert all(s.valid_rate == 1.0 and s.rollout_policy == "pool" for s in result.steps)
@@ -115,7 +117,8 @@ def test_loop_on_a_scripted_pool(tmp_path: Path, store: TraceStore) -> None:
 
 def test_a_step_with_equal_rewards_is_skipped(tmp_path: Path, store: TraceStore) -> None:
     always_right = ScriptedModel([json.dumps({"answer": "4"})], name="orch")
-    result = train_grpo(Tasks(1), out=tmp_path / "out", group=2, steps=1, strategy=OneDecision(),
+    result = train_grpo(Tasks(1), GRPOSettings(engine="loop", out=tmp_path / "out", group=2, steps=1,
+                                               strategy=OneDecision()),
                         pool=Pool.from_models([always_right]), store=store)
     (entry,) = result.steps
     assert entry.groups == 1 and entry.groups_kept == 0 and entry.loss is None
@@ -150,7 +153,8 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.integration
-def test_grpo_on_the_embedded_model(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", ["trl", "loop"])
+def test_grpo_on_the_embedded_model(tmp_path: Path, engine: str) -> None:
     """Two steps on the real model: base rollouts, then rollouts with the trained adapter in llama.cpp."""
     from orchestrion import cli
 
@@ -162,13 +166,17 @@ def test_grpo_on_the_embedded_model(tmp_path: Path) -> None:
     out = tmp_path / "adapter"
     res = CliRunner().invoke(cli.app, ["train", "grpo", "--dataset", f"jsonl:{data}", "--limit", "1", "--group", "2",
                                        "--steps", "2", "--set", "max_rounds=1", "--set", "max_calls=1",
-                                       "--rewards", str(rewards), "--out", str(out), "--db", str(tmp_path / "t.db")])
+                                       "--rewards", str(rewards), "--out", str(out), "--db", str(tmp_path / "t.db"),
+                                       "--engine", engine])
     assert res.exit_code == 0, res.output
     log = json.loads((out / "train_log.json").read_text())
-    assert [s["rollout_policy"] for s in log["steps"]] == ["base", "adapter"]
+    assert log["engine"] == engine and [s["rollout_policy"] for s in log["steps"]] == ["base", "adapter"]
     assert all(s["episodes"] == 2 and s["valid_rate"] is not None for s in log["steps"])
     for step in log["steps"]:
-        if step["groups_kept"]:  # the episodes' rewards differed: an update on llama.cpp's exact token ids
+        assert "tokenized here" not in step["note"]  # llama.cpp's recorded ids, never re-tokenized
+        if engine == "trl":  # TRL updates every step (equal rewards: zero advantage); one sample per episode
+            assert step["loss"] is not None and step["samples"] == 2
+        elif step["groups_kept"]:  # the episodes' rewards differed: an update on llama.cpp's exact token ids
             assert step["loss"] is not None and step["samples"] > 0 and step["rollout_gap"] is not None
             assert step["rollout_gap"] < 0.5  # HF and llama.cpp agree on the log-probs of the same ids
     assert (out / "adapter.gguf").is_file()
@@ -177,3 +185,30 @@ def test_grpo_on_the_embedded_model(tmp_path: Path) -> None:
     models = {r["model"] for r in store.query("SELECT d.model FROM decisions d JOIN episodes e ON e.id = d.episode_id "
                                               "WHERE e.run_id = ?", (log["run_id"],))}
     assert any(m.endswith("+adapter") for m in models) and any(not m.endswith("+adapter") for m in models)
+
+
+def test_trl_engine_resumes_after_an_interruption(tmp_path: Path, store: TraceStore) -> None:
+    """GRPOTrainer(rollout_func=...) on a scripted pool: stop after step 1, rerun, it continues at step 2."""
+    pool = Pool.from_models([ScriptedModel(by_seed, name="orch")])
+    settings = GRPOSettings(out=tmp_path / "out", limit=2, group=2, steps=2, strategy=OneDecision(), lr=1e-3,
+                            max_steps_now=1)
+    lines: list[str] = []
+    first = train_grpo(Tasks(2), settings, pool=pool, store=store, progress=lines.append)
+    assert [s.step for s in first.steps] == [1] and first.steps[0].loss is not None
+    assert first.steps[0].episodes == 4 and first.steps[0].groups_kept == 2 and first.steps[0].samples == 4
+    assert "4 episodes tokenized here" in first.steps[0].note  # scripted models give no token ids
+    assert store.query("SELECT status FROM runs WHERE id = ?", (first.run_id,)) == [{"status": "interrupted"}]
+    assert any("rerun with --out" in n for n in first.notes)
+    assert (tmp_path / "out" / "checkpoints" / "checkpoint-1" / "optimizer.pt").is_file()
+
+    settings.max_steps_now = None
+    again = train_grpo(Tasks(2), settings, pool=pool, store=store, progress=lines.append)
+    assert again.run_id == first.run_id and [s.step for s in again.steps] == [1, 2]
+    assert any(line.startswith("resuming from") and "after step 1 of 2" in line for line in lines)
+    episodes = store.query("SELECT meta FROM episodes WHERE run_id = ?", (first.run_id,))
+    steps = sorted(json.loads(e["meta"])["grpo"]["step"] for e in episodes)
+    assert steps == [1, 1, 1, 1, 2, 2, 2, 2]  # step 1 was not rolled out again
+    assert store.query("SELECT status FROM runs WHERE id = ?", (first.run_id,)) == [{"status": "finished"}]
+    log = json.loads((tmp_path / "out" / "train_log.json").read_text())
+    assert log["engine"] == "trl" and [s["step"] for s in log["steps"]] == [1, 2]
+    assert (tmp_path / "out" / "adapter.gguf").is_file()

@@ -239,3 +239,36 @@ def test_opod_on_the_embedded_model(tmp_path: Path) -> None:
     log = json.loads((out / "train_log.json").read_text())
     assert log["rwr_items"] >= 1 and log["steps"][0]["loss"] is not None
     assert (out / "adapter.gguf").is_file()
+
+
+def test_cli_opod_resumes_from_its_last_step(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Stopped after step 1, the rerun continues at step 2, with the saved judgments and a bar with an ETA."""
+    from orchestrion import cli
+    from orchestrion.train import opod
+
+    db = tmp_path / "t.db"
+    store = TraceStore(db)
+    fill_run(store, "run-a")
+    store.close()
+    pools: list[Pool] = []
+    monkeypatch.setattr(opod, "load_pool", lambda _p: pools.append(make_pool()) or pools[-1])
+    out = tmp_path / "adapter"
+    args = ["train", "opod", "--run", "run-a", "--steps", "2", "--batch-size", "1", "--max-new-tokens", "4",
+            "--out", str(out), "--db", str(db)]
+    first = CliRunner().invoke(cli.app, [*args, "--stop-after", "1"])
+    assert first.exit_code == 0, first.output
+    assert "step 1: loss=" in first.output and "step 2:" not in first.output
+    state = json.loads((out / "checkpoint" / "state.json").read_text())
+    assert state["step"] == 1 and (out / "checkpoint" / "trainer_state.pt").is_file()
+    second = CliRunner().invoke(cli.app, args)
+    assert second.exit_code == 0, second.output
+    assert "after step 1 of 2" in second.output and "step 1: loss=" not in second.output
+    assert "step 2: loss=" in second.output and "judgments read back" in second.output
+    assert "ETA" in second.output and "2/2" in second.output  # the rich bar, on stderr
+    judge = pools[1].get("judge")
+    assert isinstance(judge, ScriptedModel) and not judge.calls  # nothing judged twice
+    log = json.loads((out / "train_log.json").read_text())
+    assert [s["step"] for s in log["steps"]] == [1, 2] and log["flagged"] == 2
+    # another setting than the checkpoint's is refused, naming it
+    third = CliRunner().invoke(cli.app, [*args, "--lr", "0.5"])
+    assert third.exit_code == 2 and "lr=0.0001" in third.output and "another --out" in third.output

@@ -30,6 +30,7 @@ from orchestrion.train.rollouts import (
     group_samples,
     scored_reward,
 )
+from orchestrion.train.settings import RolloutSettings
 from tests.helpers import LookupTool
 
 TASK = Task(prompt="What is 6*7?", id="t1")
@@ -91,8 +92,8 @@ async def test_group_of_four_seeds_rewards_advantages_and_samples(store: TraceSt
     good = {decision_seed(0, 0), decision_seed(3, 0)}  # episodes with seeds 0 and 3 find 42
     orch = para_model(lambda c: "42" if c.seed in good else "7")
     pool = Pool.from_models([orch])
-    group = await collect_group(TASK, strategy="para", pool=pool, store=store, group=4, reward_fn=has_42,
-                                options=OPTS, tools=ToolRegistry([LookupTool()]), run_id="r1")
+    group = await collect_group(TASK, RolloutSettings(strategy="para", group=4, options=OPTS), pool=pool, store=store,
+                                reward_fn=has_42, tools=ToolRegistry([LookupTool()]), run_id="r1")
     assert group.rewards == [1.0, 0.0, 0.0, 1.0]
     assert group.advantages == pytest.approx([1, -1, -1, 1], abs=1e-5)
     seeds = [json.loads(store.episode(e.trace_id)["meta"])["options"]["seed"] for e in group.episodes]  # type: ignore[index]
@@ -113,8 +114,8 @@ async def test_group_of_four_seeds_rewards_advantages_and_samples(store: TraceSt
 
 async def test_all_equal_group_is_dropped_and_gives_no_samples(store: TraceStore) -> None:
     pool = Pool.from_models([para_model(lambda c: "42")])
-    group = await collect_group(TASK, strategy="para", pool=pool, store=store, group=3, reward_fn=has_42,
-                                options=OPTS, tools=ToolRegistry([LookupTool()]))
+    group = await collect_group(TASK, RolloutSettings(strategy="para", group=3, options=OPTS), pool=pool, store=store,
+                                reward_fn=has_42, tools=ToolRegistry([LookupTool()]))
     assert group.rewards == [1.0, 1.0, 1.0] and group.advantages is None and not group.kept
     assert group_samples(group, store) == []
 
@@ -124,13 +125,14 @@ async def test_samples_skip_decisions_without_token_ids_and_filter_models(store:
                           c: lookup("42" if c.seed == decision_seed(0,
                                                                     0) else "1") if c.json_schema else m[-1]["content"],
                           name="plain")
-    group = await collect_group(TASK, strategy="para", pool=Pool.from_models([plain]), store=store, group=2,
-                                reward_fn=lambda r, t: _const(float(r.answer.count("42"))), options=OPTS,
-                                tools=ToolRegistry([LookupTool()]))
+    group = await collect_group(TASK, RolloutSettings(strategy="para", group=2, options=OPTS),
+                                pool=Pool.from_models([plain]), store=store, reward_fn=lambda r,
+                                t: _const(float(r.answer.count("42"))), tools=ToolRegistry([LookupTool()]))
     assert group.kept and group_samples(group, store) == []  # scripted models give no token ids
     tok = para_model(lambda c: "42" if c.seed == decision_seed(0, 0) else "1", name="tok")
-    group = await collect_group(TASK, strategy="para", pool=Pool.from_models([tok]), store=store, group=2,
-                                reward_fn=has_42, options=OPTS, tools=ToolRegistry([LookupTool()]))
+    group = await collect_group(TASK, RolloutSettings(strategy="para", group=2, options=OPTS),
+                                pool=Pool.from_models([tok]), store=store, reward_fn=has_42,
+                                tools=ToolRegistry([LookupTool()]))
     assert len(group_samples(group, store)) == 2
     assert group_samples(group, store, models={"other"}) == []
 
@@ -144,9 +146,9 @@ async def test_collect_groups_distinct_seeds_concurrency_and_progress(store: Tra
     orch.delay_s = 0.02
     ticks: list[tuple[int, int]] = []
     tasks = [Task(prompt="a", id="a"), Task(prompt="b", id="b"), Task(prompt="c", id="c")]
-    groups = await collect_groups(tasks, strategy="para", pool=Pool.from_models([orch]), store=store, group=2,
-                                  reward_fn=has_42, options=OPTS, tools=ToolRegistry([LookupTool()]), seed=10,
-                                  concurrency=2, progress=lambda d, t: ticks.append((d, t)))
+    groups = await collect_groups(tasks, RolloutSettings(strategy="para", group=2, options=OPTS, seed=10,
+                                  concurrency=2), pool=Pool.from_models([orch]), store=store, reward_fn=has_42,
+                                  tools=ToolRegistry([LookupTool()]), progress=lambda d, t: ticks.append((d, t)))
     assert [g.task.id for g in groups] == ["a", "b", "c"] and all(len(g.episodes) == 2 for g in groups)
     assert ticks == [(i, 6) for i in range(1, 7)]
     seeds = sorted(json.loads(store.episode(e.trace_id)["meta"])["options"]["seed"]  # type: ignore[index]
@@ -158,10 +160,12 @@ async def test_collect_groups_distinct_seeds_concurrency_and_progress(store: Tra
 async def test_zero_temperature_and_empty_group_are_refused(store: TraceStore) -> None:
     pool = Pool.from_models([para_model(lambda c: "1")])
     with pytest.raises(ConfigError, match="temperature above 0"):
-        await collect_group(TASK, strategy="para", pool=pool, store=store, group=2, reward_fn=has_42,
-                            options={"decision_temperature": 0})
-    with pytest.raises(ConfigError, match="at least one episode"):
-        await collect_group(TASK, strategy="para", pool=pool, store=store, group=0, reward_fn=has_42)
+        await collect_group(TASK, RolloutSettings(strategy="para", group=2, options={"decision_temperature": 0}),
+                            pool=pool, store=store, reward_fn=has_42)
+    with pytest.raises(ConfigError, match="RolloutSettings.group: Input should be greater than or equal to 1"):
+        RolloutSettings.build(strategy="para", group=0)
+    with pytest.raises(ConfigError, match="RolloutSettings.grop: Extra inputs"):
+        RolloutSettings.build(grop=2)
 
 
 class FakeScore:
@@ -178,8 +182,8 @@ async def test_scored_reward_uses_the_scorer_on_the_answer(store: TraceStore) ->
 
     reward = scored_reward(scorer)
     pool = Pool.from_models([para_model(lambda c: "42")])
-    group = await collect_group(TASK, strategy="para", pool=pool, store=store, group=2, reward_fn=reward,
-                                options=OPTS, tools=ToolRegistry([LookupTool()]))
+    group = await collect_group(TASK, RolloutSettings(strategy="para", group=2, options=OPTS), pool=pool, store=store,
+                                reward_fn=reward, tools=ToolRegistry([LookupTool()]))
     assert group.rewards == [0.75, 0.75] and [s[0] for s in seen] == [TASK.prompt] * 2
     assert [s[1] for s in seen] == [e.answer for e in group.episodes]
     with pytest.raises(ConfigError, match="trace store"):
@@ -196,8 +200,8 @@ async def test_scored_reward_with_a_reward_config_puts_the_score_in_outcome(stor
     outcome_only = scored_reward(scorer, store, RewardConfig(weights={**only, "outcome": 2.0}))
     with_protocol = scored_reward(scorer, store, RewardConfig(weights={**only, "outcome": 1.0, "protocol": 1.0}))
     pool = Pool.from_models([para_model(lambda c: "42")])
-    res = (await collect_group(TASK, strategy="para", pool=pool, store=store, group=1, reward_fn=outcome_only,
-                               options=OPTS, tools=ToolRegistry([LookupTool()]))).episodes[0]
+    res = (await collect_group(TASK, RolloutSettings(strategy="para", group=1, options=OPTS), pool=pool, store=store,
+                               reward_fn=outcome_only, tools=ToolRegistry([LookupTool()]))).episodes[0]
     assert await outcome_only(res, TASK) == pytest.approx(1.5)  # 2 x 0.75
     assert await with_protocol(res, TASK) == pytest.approx(1.75)  # 0.75 + every decision valid (1.0)
 
@@ -211,9 +215,9 @@ async def test_group_of_two_para_episodes_on_the_real_model(store: TraceStore) -
     async def ordered(result: EpisodeResult, task: Task) -> float:
         return next(rewards)
 
-    group = await collect_group(Task(prompt="What is 2+3?"), strategy="para", pool=Pool.default(), store=store,
-                                group=2, reward_fn=ordered, options={"max_rounds": 2, "max_calls": 1},
-                                budget=Budget(tokens=3000, wall_s=150))
+    group = await collect_group(Task(prompt="What is 2+3?"), RolloutSettings(strategy="para", group=2,
+                                options={"max_rounds": 2, "max_calls": 1}), pool=Pool.default(), store=store,
+                                reward_fn=ordered, budget=Budget(tokens=3000, wall_s=150))
     assert group.advantages == pytest.approx([1, -1], abs=1e-5)
     samples = group_samples(group, store)
     assert samples, [e.status for e in group.episodes]

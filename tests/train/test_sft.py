@@ -18,6 +18,7 @@ from orchestrion import Pool, ScriptedModel, TraceStore, solve
 from orchestrion._errors import ConfigError
 from orchestrion.cli import app
 from orchestrion.models.pool import EMBEDDED_NAME
+from orchestrion.train.settings import SFTSettings
 from orchestrion.train.sft import SFTResult, load_rows, train_sft
 from tests.helpers import script
 
@@ -78,8 +79,11 @@ def test_cli_missing_data_is_one_line(tmp_path: Path) -> None:
 
 
 def test_settings_are_checked_before_any_work(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="must be positive"):
-        train_sft(tmp_path, tmp_path / "out", steps=0)
+    with pytest.raises(ConfigError, match="SFTSettings.steps: Input should be greater than or equal to 1"):
+        SFTSettings.build(steps=0)
+    with pytest.raises(ConfigError, match="SFTSettings.lr: Input should be greater than 0"):
+        SFTSettings.build(lr=0.0)
+    assert all(f.description for f in SFTSettings.model_fields.values())  # every field says what it is
 
 
 # -- training on the real orchestrator (HF weights of the embedded GGUF) --------------------
@@ -108,8 +112,9 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[SFTResult, Path, 
     data = _write(tmp_path_factory.mktemp("data"), _chat_rows())
     (data / "dataset_info.json").write_text(json.dumps({"format": "trl", "rows": 2}))
     seen: list[tuple[int, int, float]] = []
-    result = train_sft(data, tmp_path_factory.mktemp("adapter"), steps=3, lr=1e-3, batch_size=2, lora_r=4,
-                       lora_alpha=8, max_length=96, seed=0, progress=lambda *a: seen.append(a))
+    result = train_sft(data, tmp_path_factory.mktemp("adapter"),
+                       SFTSettings(steps=3, lr=1e-3, batch_size=2, lora_r=4, lora_alpha=8, max_length=96, seed=0),
+                       progress=lambda *a: seen.append(a))
     return result, data, seen
 
 
@@ -225,7 +230,8 @@ async def test_solve_export_then_sft(tmp_path: Path) -> None:
     rows, _ = load_rows(data, max_length=4096)
     assert rows
     # one step on one row: para's prompt is ~900 tokens, and that is what costs time on a CPU
-    result = train_sft(data, tmp_path / "adapter", steps=1, batch_size=1, lora_r=2, lora_alpha=4,
-                       max_length=max(len(r["input_ids"]) for r in rows))
+    result = train_sft(data, tmp_path / "adapter",
+                       SFTSettings(steps=1, batch_size=1, lora_r=2, lora_alpha=4,
+                                   max_length=max(len(r["input_ids"]) for r in rows)))
     assert len(result.losses) == 1 and np.isfinite(result.losses[0])
     assert result.gguf_path is not None and result.gguf_path.is_file()

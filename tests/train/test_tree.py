@@ -18,6 +18,7 @@ from orchestrion import (
     solve,
 )
 from orchestrion.train.rollouts import decision_rows
+from orchestrion.train.settings import TreeSettings
 from orchestrion.train.tree import collect_tree, tree_samples
 from tests.helpers import LookupTool
 from tests.train.test_rollouts import TokenModel, char_decode, has_42, lookup
@@ -87,9 +88,9 @@ async def test_tree_shape_shared_prefix_and_hand_computed_advantages(store: Trac
               "42", "c"]  # E7, E8 (replay z) -> 1, 0
     orch = queued(values)
     ticks: list[tuple[int, int]] = []
-    tree = await collect_tree(TASK, strategy="para", pool=Pool.from_models([orch]), store=store, branching=2,
-                              max_depth=2, reward_fn=has_42, options=OPTS, tools=ToolRegistry([LookupTool()]),
-                              progress=lambda d, t: ticks.append((d, t)))
+    tree = await collect_tree(TASK, TreeSettings(strategy="para", branching=2, max_depth=2, options=OPTS),
+                              pool=Pool.from_models([orch]), store=store, reward_fn=has_42,
+                              tools=ToolRegistry([LookupTool()]), progress=lambda d, t: ticks.append((d, t)))
     eps = tree.episodes
     assert len(eps) == 9 and ticks[-1] == (9, 9)
     assert [(e.parent, e.branch_depth) for e in eps] == [(None, 0), (0, 0), (0, 0), (0, 1), (0, 1),
@@ -139,13 +140,14 @@ async def test_tree_shape_shared_prefix_and_hand_computed_advantages(store: Trac
 
 async def test_tree_stops_at_short_episodes_and_depth_zero(store: TraceStore) -> None:
     orch = queued(["1"] * 20)
-    tree = await collect_tree(TASK, strategy="para", pool=Pool.from_models([orch]), store=store, branching=3,
-                              max_depth=0, reward_fn=has_42, options=OPTS, tools=ToolRegistry([LookupTool()]))
+    tree = await collect_tree(TASK, TreeSettings(strategy="para", branching=3, max_depth=0, options=OPTS),
+                              pool=Pool.from_models([orch]), store=store, reward_fn=has_42,
+                              tools=ToolRegistry([LookupTool()]))
     assert len(tree.episodes) == 1 and all(n.advantage is None for n in tree.nodes)
     assert tree_samples(tree, store) == []
     # one decision per episode (max_rounds=1) with max_depth 3: only depth 0 can branch
-    tree = await collect_tree(TASK, strategy="para", pool=Pool.from_models([queued(["42", "1", "2"])]), store=store,
-                              branching=2, max_depth=3, reward_fn=has_42, options={"max_rounds": 1},
+    tree = await collect_tree(TASK, TreeSettings(strategy="para", branching=2, max_depth=3, options={"max_rounds": 1}),
+                              pool=Pool.from_models([queued(["42", "1", "2"])]), store=store, reward_fn=has_42,
                               tools=ToolRegistry([LookupTool()]))
     assert [(e.parent, e.branch_depth) for e in tree.episodes] == [(None, 0), (0, 0), (0, 0)]
     assert [n.advantage for n in tree.nodes] == pytest.approx([2 / 3, -1 / 3, -1 / 3])

@@ -18,6 +18,8 @@ AdapterOpt = Annotated[Path | None, typer.Option(
 LrOpt = Annotated[float, typer.Option("--lr", min=0.0, help="learning rate (AdamW)")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="seed of the LoRA init and of the rollouts")]
 LoraROpt = Annotated[int, typer.Option("--lora-r", min=1, help="LoRA rank of a fresh adapter")]
+StopOpt = Annotated[int | None, typer.Option(
+    "--stop-after", min=1, help="stop after N steps in this call; a rerun with the same --out continues")]
 
 
 def _print(line: str) -> None:
@@ -40,7 +42,8 @@ def register(app: typer.Typer) -> None:
         pool: PoolOpt = None,
         adapter: AdapterOpt = None,
         out_dir: Annotated[Path, typer.Option(
-            "--out", help="where the adapter, adapter.gguf and train_log.json go")] = Path("grpo-adapter"),
+            "--out", help="where the adapter, adapter.gguf, train_log.json and the resume checkpoints go; "
+                          "rerun with the same --out to continue an interrupted run")] = Path("grpo-adapter"),
         lr: LrOpt = 1e-4,
         clip: Annotated[float, typer.Option("--clip", min=0.0, help="PPO/GRPO ratio clip epsilon")] = 0.2,
         kl_beta: Annotated[float, typer.Option(
@@ -56,19 +59,30 @@ def register(app: typer.Typer) -> None:
         max_length: Annotated[int, typer.Option(
             "--max-length", min=16, help="longest decision (prompt + output tokens) trained on")] = 2048,
         lora_r: LoraROpt = 8,
+        engine: Annotated[str, typer.Option(
+            "--engine", help="trl: TRL's GRPOTrainer with an Orchestrion rollout_func, one sample per episode "
+                             "(scales with accelerate); loop: the hand-written loop, one sample per decision")] = "trl",
+        tasks_per_step: Annotated[int, typer.Option(
+            "--tasks-per-step", min=0, help="tasks rolled out per step (0: all of them)")] = 0,
+        stop_after: StopOpt = None,
     ) -> None:
-        """GRPO: sample groups of episodes with the current policy, train on group-normalised rewards."""
+        """GRPO: sample groups of episodes with the current policy, train on group-normalised rewards.
+
+        Rerun with the same --out to continue an interrupted run from its last saved step. On GPUs:
+        `accelerate launch -m orchestrion train grpo ...` (engine trl).
+        """
         _require_training_extra()
         from ..trace.store import TraceStore
         from .grpo import train_grpo
+        from .settings import GRPOSettings
 
-        result = train_grpo(
-            dataset, out=out_dir, limit=limit, group=group, steps=steps, strategy=strategy, pool=pool,
-            adapter=adapter, lr=lr, clip=clip, kl_beta=kl_beta, rewards=rewards, seed=seed, store=TraceStore(db),
+        config = GRPOSettings.build(
+            engine=engine, out=out_dir, limit=limit, group=group, steps=steps, tasks_per_step=tasks_per_step,
+            strategy=strategy, adapter=adapter, lr=lr, clip=clip, kl_beta=kl_beta, rewards=rewards, seed=seed,
             options=parse_settings(settings), updates=updates, micro_batch=micro_batch, concurrency=concurrency,
-            max_length=max_length, lora_r=lora_r, lora_alpha=2 * lora_r, progress=_print,
-        )
-        updated = sum(1 for s in result.steps if s.loss is not None)
+            max_length=max_length, lora_r=lora_r, lora_alpha=2 * lora_r, max_steps_now=stop_after)
+        result = train_grpo(dataset, config, pool=pool, store=TraceStore(db), progress=_print, bar=True)
+        updated = sum(1 for s in result.steps if s.loss is not None and s.groups_kept)
         out.print(f"adapter: {result.adapter_dir}", highlight=False)
         if result.gguf_path is not None:
             out.print(f"llama.cpp adapter: {result.gguf_path}", highlight=False)
@@ -89,7 +103,8 @@ def register(app: typer.Typer) -> None:
         pool: PoolOpt = None,
         out_dir: Annotated[Path, typer.Option(
             "--out",
-            help="where the adapter, adapter.gguf, judgments.jsonl and train_log.json go")] = Path("opod-adapter"),
+            help="where the adapter, adapter.gguf, judgments.jsonl, train_log.json and the resume checkpoint go; "
+                 "rerun with the same --out to continue an interrupted run")] = Path("opod-adapter"),
         db: DbOpt = None,
         lr: LrOpt = 1e-4,
         batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="decisions of each kind per step")] = 4,
@@ -99,17 +114,19 @@ def register(app: typer.Typer) -> None:
             "--max-decisions", min=1, help="judge at most N decisions")] = None,
         seed: SeedOpt = 0,
         lora_r: LoraROpt = 8,
+        stop_after: StopOpt = None,
     ) -> None:
         """OPOD: hindsight hints from a judge, distilled on-policy (reverse KL) plus reward-weighted regression."""
         _require_training_extra()
         from ..trace.store import TraceStore
         from .opod import train_opod
+        from .settings import OPODSettings
 
-        result = train_opod(
-            run, steps=steps, out=out_dir, adapter=adapter, lam=lam, judge=judge, pool=pool, store=TraceStore(db),
-            lr=lr, batch_size=batch_size, max_new_tokens=max_new_tokens, max_decisions=max_decisions, seed=seed,
-            lora_r=lora_r, lora_alpha=2 * lora_r, progress=_print,
-        )
+        settings = OPODSettings.build(
+            steps=steps, out=out_dir, adapter=adapter, lam=lam, judge=judge, lr=lr, batch_size=batch_size,
+            max_new_tokens=max_new_tokens, max_decisions=max_decisions, seed=seed, lora_r=lora_r,
+            lora_alpha=2 * lora_r, max_steps_now=stop_after)
+        result = train_opod(run, settings, pool=pool, store=TraceStore(db), progress=_print, bar=True)
         flagged = sum(1 for j in result.judgments if j.needs_repair)
         out.print(f"adapter: {result.adapter_dir}", highlight=False)
         if result.gguf_path is not None:

@@ -35,6 +35,7 @@ def sft(
     Runs on whatever device TRL finds (CPU here); on GPUs use `accelerate launch -m orchestrion train sft ...`.
     """
     _quiet_libraries()
+    from .settings import SFTSettings
     from .sft import load_rows, train_sft
 
     rows, dropped = load_rows(data, max_length)  # fail fast, before torch is imported
@@ -44,8 +45,9 @@ def sft(
     def progress(step: int, total: int, loss: float) -> None:
         err.print(f"step {step}/{total}  loss {loss:.4f}", highlight=False)
 
-    result = train_sft(data, out_dir, steps=steps, lr=lr, batch_size=batch_size, lora_r=lora_r,
-                       lora_alpha=lora_alpha, max_length=max_length, seed=seed, gguf_path=gguf, progress=progress)
+    settings = SFTSettings.build(steps=steps, lr=lr, batch_size=batch_size, lora_r=lora_r, lora_alpha=lora_alpha,
+                                 max_length=max_length, seed=seed, gguf_path=gguf)
+    result = train_sft(data, out_dir, settings, progress=progress)
     if result.losses:
         err.print(f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}", highlight=False)
     out.print(f"adapter: {result.adapter_dir}", highlight=False)

@@ -1,24 +1,27 @@
 """GRPO on the orchestrator, as ParaManager trains it: groups of episodes, group-normalised credit.
 
-Each step: solve every task ``group`` times with the current policy (whole episodes through
-the runtime, its tools and sub-agents; :func:`orchestrion.train.rollouts.collect_groups`),
-score them, normalise rewards within each group (groups whose rewards are all equal are
-dropped), turn every orchestrator decision into a :class:`TrainSample` carrying its
-episode's advantage, recompute the samples' log-probs under the HF policy (the old
-policy of the ratio: llama.cpp's quantized log-probs are not the trained weights'), and
-take ``updates`` optimizer steps on the clipped surrogate (:func:`grpo_loss`), each one
-accumulated over micro-batches. The policy is a LoRA (peft) on the float32 weights; the
-rollouts run the same adapter in llama.cpp (converted to GGUF each step) when the pool's
-orchestrator is a llama.cpp model, and the pool's orchestrator as is otherwise.
+Each step solves ``tasks_per_step`` tasks ``group`` times with the current policy (whole
+episodes through the runtime, its tools and sub-agents), scores them, and updates a LoRA
+(peft) on the float32 weights with the clipped surrogate. Two engines run that step:
+
+* ``trl`` (default, :mod:`orchestrion.train._grpo_trl`): TRL's ``GRPOTrainer`` with an
+  Orchestrion ``rollout_func``. TRL takes one completion per sample, so each *episode* is
+  one sample: its decisions packed into one multi-turn completion with ``env_mask``.
+  accelerate, DeepSpeed, TRL's loss variants, logging and checkpoints come from TRL.
+* ``loop`` (:mod:`orchestrion.train._grpo_loop`): the hand-written loop, one sample per
+  *decision* with its episode's advantage, which keeps the credit of decisions whose
+  context the strategy rebuilds (para's rounds) and per-token weights (tree, counterfactual).
+
+Both run the rollouts with the adapter being trained: saved and converted to GGUF after each
+step and loaded into the pool's llama.cpp orchestrator (:func:`rollout_pool`); an orchestrator
+of another backend runs as is. Both checkpoint after every step under ``out`` and continue
+from there when called again with the same ``out``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import tempfile
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,13 +33,15 @@ from .._errors import ConfigError
 from ..api import load_pool
 from ..models.pool import Pool
 from ..runtime.types import Task
-from ..strategies.base import Strategy
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ..trace.tracer import new_id
+from ._checkpoint import read_state
 from ._losses import grpo_loss
 from ._policy import Policy
+from ._progress import StepBar
 from ._types import TrainSample
+from .settings import GRPOSettings
 
 Log = Callable[[str], None]
 
@@ -66,6 +71,55 @@ class StepLog:
     rollout_policy: str = "base"
     wall_s: float = 0.0
     note: str = ""
+
+
+@dataclass
+class GRPORun:
+    """What an engine is given: the settings, the tasks, the pool, the store, the reward, the policy."""
+
+    settings: GRPOSettings
+    tasks: list[Task]
+    pool: Pool
+    store: TraceStore
+    reward_fn: Any
+    reward_cfg: Any
+    policy: Policy
+    run_id: str
+    record: dict[str, Any]
+    bar: StepBar
+    tools: ToolRegistry | None = None
+    first_step: int = 0
+    history: list[StepLog] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def out(self) -> Path:
+        return Path(self.settings.out)
+
+    @property
+    def last_step(self) -> int:
+        """The step this call stops after (``max_steps_now`` limits it)."""
+        s = self.settings
+        return s.steps if s.max_steps_now is None else min(s.steps, self.first_step + s.max_steps_now)
+
+    def resume_at(self, step: int, where: Path) -> None:
+        """Continue after ``step`` (saved in ``where``): the steps logged so far are kept, the bar starts there."""
+        self.first_step = step
+        self.history = [e for e in _previous_steps(self.out) if e.step <= step]
+        self.bar.set_done(step)
+        self.bar.log(f"resuming from {where} after step {step} of {self.settings.steps}")
+
+    def note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+            self.bar.log(text)
+
+    def logged(self, entry: StepLog) -> None:
+        """Record a finished step: the log line, train_log.json, the bar."""
+        self.history.append(entry)
+        self.bar.log(describe(entry))
+        write_log(self)
+        self.bar.advance()
 
 
 @dataclass
@@ -181,113 +235,37 @@ def scoring_reward(scorer: Any, store: TraceStore, cfg: Any = None) -> Any:
     return reward
 
 
-def _valid_rate(store: TraceStore, episode_ids: Sequence[str]) -> float | None:
-    if not episode_ids:
-        return None
-    flags = store.decision_validity(episode_ids)
-    return sum(flags) / len(flags) if flags else None
+# -- shared by the engines ---------------------------------------------------------------------
+def rollout_pool(run: GRPORun, step: int, scratch: Path) -> tuple[Pool, str]:
+    """The pool whose orchestrator runs the current policy in llama.cpp, or the base pool (and why):
+    the policy's LoRA is saved, converted to GGUF and loaded into a copy of the orchestrator."""
+    spec = run.pool.spec(run.pool.orchestrator)
+    if spec.backend != "llama-cpp":
+        run.note(f"rollouts use orchestrator '{spec.name}' ({spec.backend}) as is: only a llama.cpp "
+                 "orchestrator can run the adapter being trained")
+        return run.pool, "pool"
+    if step == 0 and run.policy.init_adapter is None:
+        return run.pool, "base"  # a fresh LoRA starts at zero: the base model is the policy
+    _, gguf, why = run.policy.save(scratch / f"step{step}")
+    if gguf is None:
+        run.note(f"rollouts use the base model: {why}")
+        return run.pool, "base"
+    return run.pool.with_orchestrator_adapter(gguf), "adapter"
 
 
-# -- the loop ----------------------------------------------------------------------------------
-class _Trainer:
-    def __init__(self, policy: Policy, pool: Pool, store: TraceStore, out: Path, log: Log,
-                 settings: dict[str, Any]) -> None:
-        self.policy, self.pool, self.store, self.out, self.log = policy, pool, store, out, log
-        self.s = settings
-        self.notes: list[str] = []
-        self.optimizer = torch.optim.AdamW(policy.parameters(), lr=float(settings["lr"]))
-        self.scratch = Path(tempfile.mkdtemp(prefix="orchestrion-grpo-"))
-
-    def note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
-            self.log(text)
-
-    def rollout_pool(self, step: int) -> tuple[Pool, str]:
-        """The pool whose orchestrator runs the current policy in llama.cpp, or the base pool (and why)."""
-        spec = self.pool.spec(self.pool.orchestrator)
-        if spec.backend != "llama-cpp":
-            self.note(f"rollouts use orchestrator '{spec.name}' ({spec.backend}) as is: only a llama.cpp "
-                      "orchestrator can run the adapter being trained")
-            return self.pool, "pool"
-        if step == 0 and self.policy.init_adapter is None:
-            return self.pool, "base"  # a fresh LoRA starts at zero: the base model is the policy
-        attach = getattr(self.pool, "with_orchestrator_adapter", None)
-        if attach is None:
-            self.note("rollouts use the base model: Pool.with_orchestrator_adapter is not available")
-            return self.pool, "base"
-        _, gguf, why = self.policy.save(self.scratch / f"step{step}")
-        if gguf is None:
-            self.note(f"rollouts use the base model: {why}")
-            return self.pool, "base"
-        adapted: Pool = attach(gguf)
-        return adapted, "adapter"
-
-    async def step(self, step: int, tasks: list[Task], reward_fn: Any, run_id: str) -> StepLog:
-        from .rollouts import collect_groups, group_samples
-
-        start = time.perf_counter()
-        pool, how = self.rollout_pool(step)
-        group = int(self.s["group"])
-        total = len(tasks) * group
-
-        def progress(done: int, _total: int) -> None:
-            self.log(f"step {step + 1}: episode {done}/{total}")
-
-        try:
-            groups = await collect_groups(
-                tasks, strategy=self.s["strategy"], pool=pool, store=self.store, group=group, reward_fn=reward_fn,
-                options=self.s["options"], run_id=run_id, tools=self.s.get("tools"),
-                seed=int(self.s["seed"]) + step * total,
-                concurrency=int(self.s["concurrency"]), progress=progress)
-        finally:
-            if pool is not self.pool:
-                await pool.get(pool.orchestrator).aclose()
-        episodes = [e.trace_id for g in groups for e in g.episodes]
-        rewards = [r for g in groups for r in g.rewards]
-        samples: list[TrainSample] = []
-        for g in groups:
-            for i, (e, r) in enumerate(zip(g.episodes, g.rewards)):
-                credit = {"step": step + 1, "reward": r, "advantage": None if g.advantages is None else g.advantages[i]}
-                self.store.patch_episode_meta(e.trace_id, {"grpo": credit})
-            if g.advantages is None:
-                continue
-            found = group_samples(g, self.store)
-            if not found:
-                found = retokenized_samples(self.policy, self.store,
-                                            [(e.trace_id, r, a) for e, r, a in zip(g.episodes, g.rewards,
-                                                                                   g.advantages)])
-            samples.extend(found)
-        limit = int(self.s["max_length"])
-        usable = [s for s in samples if s.completion_ids and len(s.prompt_ids) + len(s.completion_ids) <= limit]
-        entry = StepLog(step=step + 1, episodes=len(episodes), groups=len(groups),
-                        groups_kept=sum(1 for g in groups if g.advantages is not None), samples=len(usable),
-                        mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
-                        valid_rate=_valid_rate(self.store, episodes), rollout_policy=how)
-        if len(usable) < len(samples):
-            entry.note = f"{len(samples) - len(usable)} samples longer than {limit} tokens left out; "
-        if not entry.groups_kept:
-            entry.note += f"all {len(groups)} groups had equal rewards: no update this step"
-        elif not usable:
-            entry.note += "no decision with tokens to train on: no update this step"
-        else:
-            micro = int(self.s["micro_batch"])
-            entry.rollout_gap = set_old_logprobs(self.policy, usable, micro_batch=micro)
-            stats: dict[str, float] = {}
-            for _ in range(int(self.s["updates"])):
-                stats = grpo_update(self.policy, self.optimizer, usable, clip_eps=float(self.s["clip"]),
-                                    kl_beta=float(self.s["kl_beta"]), micro_batch=micro)
-            entry.loss, entry.clip_frac, entry.ratio, entry.kl = (
-                stats["loss"],
-                stats["clip_frac"],
-                stats["ratio"],
-                stats["kl"],
-            )
-        entry.wall_s = time.perf_counter() - start
-        return entry
+def check_vocab(policy: Policy, samples: Sequence[TrainSample]) -> None:
+    """Refuse decisions whose token ids the policy cannot have produced: the pool's orchestrator is another model."""
+    size = len(policy.tokenizer)
+    for sample in samples:
+        top = max([*sample.prompt_ids, *sample.completion_ids], default=0)
+        if top >= size:
+            model = sample.meta.get("model", "the orchestrator")
+            raise ConfigError(f"decision of model '{model}' has token id {top}, outside the vocabulary ({size}) of "
+                              "the model being trained: the pool's orchestrator must run that model's GGUF "
+                              "(e.g. --pool tiny for SmolLM2)")
 
 
-def _describe(e: StepLog) -> str:
+def describe(e: StepLog) -> str:
     valid = "n/a" if e.valid_rate is None else f"{e.valid_rate:.2f}"
     loss = "-" if e.loss is None else f"{e.loss:.4f}"
     text = (f"step {e.step}: loss={loss} reward={e.mean_reward:.3f} valid={valid} "
@@ -295,88 +273,91 @@ def _describe(e: StepLog) -> str:
     return text + (f" ({e.note.strip('; ')})" if e.note else "")
 
 
+def valid_rate(store: TraceStore, episode_ids: Sequence[str]) -> float | None:
+    if not episode_ids:
+        return None
+    flags = store.decision_validity(episode_ids)
+    return sum(flags) / len(flags) if flags else None
+
+
+def write_log(run: GRPORun) -> None:
+    run.out.mkdir(parents=True, exist_ok=True)
+    body = {"trainer": "grpo", "engine": run.settings.engine, "run_id": run.run_id, "config": run.record,
+            "steps": [asdict(e) for e in run.history], "notes": run.notes}
+    (run.out / "train_log.json").write_text(json.dumps(body, indent=2, default=str), encoding="utf-8")
+
+
+def _previous_steps(out: Path) -> list[StepLog]:
+    file = out / "train_log.json"
+    if not file.is_file():
+        return []
+    return [StepLog(**e) for e in json.loads(file.read_text(encoding="utf-8")).get("steps", [])]
+
+
+# -- the command -------------------------------------------------------------------------------
 async def atrain_grpo(
     dataset: str | _DatasetLike,
+    settings: GRPOSettings | None = None,
     *,
-    out: str | Path = "grpo-adapter",
-    limit: int | None = 4,
-    group: int = 4,
-    steps: int = 2,
-    strategy: str | Strategy = "para",
     pool: Pool | str | Path | None = None,
-    adapter: str | Path | None = None,
-    lr: float = 1e-4,
-    clip: float = 0.2,
-    kl_beta: float = 0.0,
-    rewards: str | Path | None = None,
-    seed: int = 0,
     store: TraceStore | str | Path | None = None,
-    options: dict[str, Any] | None = None,
     tools: ToolRegistry | None = None,
-    updates: int = 1,
-    micro_batch: int = 2,
-    concurrency: int = 1,
-    max_length: int = 2048,
-    lora_r: int = 8,
-    lora_alpha: int = 16,
-    gguf_path: str | Path | None = None,
     progress: Log | None = None,
+    bar: bool = False,
 ) -> GRPOResult:
     """Train the orchestrator with GRPO; see the module docstring. Writes the adapter, adapter.gguf
-    and train_log.json to ``out``; the rollouts are episodes of a run (kind ``grpo``) in ``store``."""
-    if group < 2:
-        raise ConfigError(f"--group {group}: GRPO compares episodes within a group; use 2 or more")
-    if steps < 1 or updates < 1 or micro_batch < 1:
-        raise ConfigError("--steps, --updates and --micro-batch must be at least 1")
-    log: Log = progress or (lambda _text: None)
-    data = _load_dataset(dataset, limit, seed)
+    and train_log.json to ``settings.out``; the rollouts are episodes of a run (kind ``grpo``) in
+    ``store``. Called again with the same ``out`` it resumes from the last saved step, in the same
+    run. ``bar`` shows a rich progress bar with an ETA on stderr."""
+    s = settings or GRPOSettings()
+    if s.group < 2:
+        raise ConfigError(f"GRPOSettings.group={s.group}: GRPO compares episodes within a group; use 2 or more")
+    data = _load_dataset(dataset, s.limit, s.seed)
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
     the_pool = load_pool(pool)
-    reward_cfg = None
-    if rewards is not None:
-        from .rewards import load_reward_config
+    from .rewards import load_reward_config
 
-        reward_cfg = load_reward_config(rewards)
-    reward_fn = scoring_reward(data.scorer, the_store, reward_cfg)
-    out_dir = Path(out)
-    log(f"loading the policy ({'adapter ' + str(adapter) if adapter else 'fresh LoRA'}) ...")
-    policy = Policy.load(Path(adapter) if adapter else None, lora_r=lora_r, lora_alpha=lora_alpha,
-                         gguf_path=Path(gguf_path) if gguf_path else None, seed=seed)
-    settings: dict[str, Any] = {"dataset": data.name, "tasks": len(data.tasks), "group": group, "steps": steps,
-                                "strategy": strategy if isinstance(strategy, str) else strategy.name,
-                                "pool": the_pool.source, "adapter": str(adapter) if adapter else None,
-                                "lr": lr, "clip": clip, "kl_beta": kl_beta,
-                                "rewards": str(rewards) if rewards else None,
-                                "seed": seed, "options": dict(options or {}), "updates": updates,
-                                "micro_batch": micro_batch, "concurrency": concurrency, "max_length": max_length,
-                                "lora_r": lora_r, "lora_alpha": lora_alpha, "out": str(out_dir)}
-    run_id = new_id()
-    the_store.create_run(run_id, "grpo", settings)
-    log(f"run {run_id}: {len(data.tasks)} tasks x group {group}, {steps} steps, strategy {settings['strategy']}")
-    trainer = _Trainer(policy, the_pool, the_store, out_dir, log, {**settings, "strategy": strategy, "tools": tools})
-    history: list[StepLog] = []
-    status = "interrupted"
-    try:
-        for step in range(steps):
-            entry = await trainer.step(step, data.tasks, reward_fn, run_id)
-            history.append(entry)
-            log(_describe(entry))
-            _write_log(out_dir, settings, run_id, history, trainer.notes)
-        adapter_dir, gguf, why = policy.save(out_dir)
-        if why:
-            trainer.note(why)
-        _write_log(out_dir, settings, run_id, history, trainer.notes)
-        status = "finished"
-    finally:
-        shutil.rmtree(trainer.scratch, ignore_errors=True)
-        the_store.set_run_status(run_id, status)
-        await the_store.aflush()
-    return GRPOResult(adapter_dir, gguf, run_id, history, trainer.notes)
+    reward_cfg = load_reward_config(s.rewards) if s.rewards is not None else None
+    record: dict[str, Any] = {"dataset": data.name, "tasks": len(data.tasks), **s.record(), "pool": the_pool.source}
+    saved = read_state(Path(s.out), record, file="run.json")
+    run_id = str(saved["run_id"]) if saved else new_id()
+    if saved is None:
+        the_store.create_run(run_id, "grpo", record)
+        Path(s.out).mkdir(parents=True, exist_ok=True)
+        (Path(s.out) / "run.json").write_text(json.dumps({"run_id": run_id, "settings": record}, indent=2),
+                                              encoding="utf-8")
+    else:
+        the_store.set_run_status(run_id, "running")
+    with StepBar(s.steps, 0, progress, show=bar, label="grpo") as steps_bar:
+        steps_bar.log(f"loading the policy ({'adapter ' + str(s.adapter) if s.adapter else 'fresh LoRA'}) ...")
+        policy = Policy.load(s.adapter, lora_r=s.lora_r, lora_alpha=s.lora_alpha, gguf_path=s.gguf_path, seed=s.seed)
+        run = GRPORun(s, data.tasks, the_pool, the_store, scoring_reward(data.scorer, the_store, reward_cfg),
+                      reward_cfg, policy, run_id, record, steps_bar, tools)
+        steps_bar.log(f"run {run_id}: {len(data.tasks)} tasks x group {s.group}, {s.steps} steps, "
+                      f"engine {s.engine}, strategy {s.strategy_name}")
+        status = "interrupted"
+        try:
+            if s.engine == "trl":
+                from ._grpo_trl import train as train_engine
+            else:
+                from ._grpo_loop import train as train_engine
+            await train_engine(run)
+            status = "finished" if (run.history and run.history[-1].step >= s.steps) else "interrupted"
+            if status == "interrupted":
+                run.note(f"stopped after step {run.last_step} of {s.steps}: rerun with --out {s.out} to continue")
+            adapter_dir, gguf, why = policy.save(run.out)
+            if why:
+                run.note(why)
+            write_log(run)
+        finally:
+            the_store.set_run_status(run_id, status)
+            await the_store.aflush()
+    return GRPOResult(adapter_dir, gguf, run_id, run.history, run.notes)
 
 
-def train_grpo(dataset: str | _DatasetLike, **kwargs: Any) -> GRPOResult:
+def train_grpo(dataset: str | _DatasetLike, settings: GRPOSettings | None = None, **kwargs: Any) -> GRPOResult:
     """:func:`atrain_grpo` with its own event loop."""
-    return asyncio.run(atrain_grpo(dataset, **kwargs))
+    return asyncio.run(atrain_grpo(dataset, settings, **kwargs))
 
 
 @dataclass
@@ -398,12 +379,5 @@ def _load_dataset(dataset: str | _DatasetLike, limit: int | None, seed: int) -> 
     return _Data(dataset.name, tasks, dataset.scorer)
 
 
-def _write_log(out: Path, settings: dict[str, Any], run_id: str, history: list[StepLog], notes: list[str]) -> None:
-    out.mkdir(parents=True, exist_ok=True)
-    body = {"trainer": "grpo", "run_id": run_id, "config": settings, "steps": [asdict(e) for e in history],
-            "notes": notes}
-    (out / "train_log.json").write_text(json.dumps(body, indent=2, default=str), encoding="utf-8")
-
-
-__all__ = ["GRPOResult", "StepLog", "atrain_grpo", "grpo_update", "retokenized_samples", "set_old_logprobs",
-           "train_grpo"]
+__all__ = ["GRPOResult", "GRPORun", "StepLog", "atrain_grpo", "grpo_update", "retokenized_samples",
+           "set_old_logprobs", "train_grpo"]

@@ -37,8 +37,11 @@ from ..models._types import GenerateConfig, Message, msg
 from ..models.pool import Pool
 from ..models.structured import parse_as
 from ..trace.store import TraceStore
+from ._checkpoint import CHECKPOINT, load_checkpoint, read_state, save_checkpoint
 from ._losses import reverse_kl, rwr_loss
 from ._policy import Policy, cycle
+from ._progress import StepBar
+from .settings import OPODSettings
 
 Log = Callable[[str], None]
 JUDGE_CONFIG = GenerateConfig(max_tokens=160, temperature=0.0)
@@ -262,33 +265,23 @@ def sample_actions(policy: Policy, items: Sequence[OPDItem], *, max_new_tokens: 
 # -- the command ---------------------------------------------------------------------------
 async def atrain_opod(
     run_id: str,
+    settings: OPODSettings | None = None,
     *,
-    steps: int = 2,
-    out: str | Path = "opod-adapter",
-    adapter: str | Path | None = None,
-    lam: float = 1.0,
-    judge: str | None = None,
     pool: Pool | str | Path | None = None,
     store: TraceStore | str | Path | None = None,
-    lr: float = 1e-4,
-    batch_size: int = 4,
-    micro_batch: int = 2,
-    max_new_tokens: int = 128,
-    temperature: float = 1.0,
-    max_decisions: int | None = None,
-    max_length: int = 2048,
-    lora_r: int = 8,
-    lora_alpha: int = 16,
-    seed: int = 0,
-    gguf_path: str | Path | None = None,
     progress: Log | None = None,
+    bar: bool = False,
 ) -> OPODResult:
-    """Train the orchestrator with OPOD on run ``run_id``; see the module docstring."""
+    """Train the orchestrator with OPOD on run ``run_id``; see the module docstring.
+
+    After every step the LoRA, the optimizer state and the step counter are saved under
+    ``OUT/checkpoint``; called again with the same ``out`` (and settings) it continues from
+    there, reusing ``judgments.jsonl`` instead of judging again. ``bar`` shows a rich
+    progress bar with an ETA on stderr (the log lines print above it).
+    """
     from .records import load_records
 
-    if steps < 1 or batch_size < 1 or micro_batch < 1:
-        raise ConfigError("--steps, --batch-size and --micro-batch must be at least 1")
-    log: Log = progress or (lambda _text: None)
+    s = settings or OPODSettings()
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
     if not the_store.episode_ids(run_id=run_id, limit=1):
         raise ConfigError(
@@ -299,25 +292,75 @@ async def atrain_opod(
         raise ConfigError(f"run '{run_id}' has no recorded orchestrator decisions;"
                           " use a strategy that makes them (para, proactive, ...)")
     the_pool = load_pool(pool)
-    to_judge = [r for r in records if r.valid][:max_decisions]
-    log(f"run {run_id}: {len(records)} decision attempts;"
-        f" judging {len(to_judge)} with '{judge or the_pool.synthesizer}'")
+    out_dir = Path(s.out)
+    config = {"run": run_id, **s.record(), "judge": s.judge or the_pool.synthesizer, "pool": the_pool.source}
+    state = read_state(out_dir, config)
+    with StepBar(s.steps, int(state["step"]) if state else 0, progress, show=bar, label="opod") as steps_bar:
+        log = steps_bar.log
+        judgments = await _judgments(records, s, the_pool, the_store, out_dir, log, resumed=state is not None)
+        log(f"loading the policy ({'adapter ' + str(s.adapter) if s.adapter else 'base model, fresh LoRA'}) ...")
+        policy = Policy.load(s.adapter, lora_r=s.lora_r, lora_alpha=s.lora_alpha, gguf_path=s.gguf_path, seed=s.seed)
+        opd, rwr = build_items(policy, records, judgments, max_length=s.max_length)
+        notes = _check_items(run_id, opd, rwr, s.lam)
+        for n in notes:
+            log(n)
+        log(f"{len(opd)} decisions to distil (hinted teacher), {len(rwr)} to reinforce (RWR)")
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=s.lr)
+        history: list[OPODStep] = []
+        first = 0
+        if state is not None:
+            load_checkpoint(out_dir, policy, optimizer)
+            history = [OPODStep(**e) for e in state.get("history", [])]
+            first = int(state["step"])
+            log(f"resuming from {out_dir / CHECKPOINT} after step {first} of {s.steps}")
+        last = s.steps if s.max_steps_now is None else min(s.steps, first + s.max_steps_now)
+        for step in range(first, last):
+            steps_bar.status(f"step {step + 1}: sampling")
+            entry = _opod_step(policy, optimizer, opd, rwr, s, step)
+            history.append(entry)
+            opd_text = "-" if entry.opd is None else f"{entry.opd:.4f}"
+            rwr_text = "-" if entry.rwr is None else f"{entry.rwr:.4f}"
+            log(f"step {entry.step}: loss={entry.loss:.4f} reverse_kl={opd_text} rwr={rwr_text} "
+                f"decisions={entry.opd_decisions}+{entry.rwr_decisions} {entry.wall_s:.1f}s")
+            save_checkpoint(out_dir, policy, optimizer, step + 1,
+                            {"settings": config, "history": [asdict(e) for e in history]})
+            steps_bar.advance()
+    adapter_dir, gguf, why = policy.save(out_dir)
+    if why:
+        notes.append(why)
+    body = {"trainer": "opod", "config": config, "steps": [asdict(e) for e in history], "notes": notes,
+            "judged": len(judgments), "flagged": sum(1 for j in judgments if j.needs_repair),
+            "judge_errors": sum(1 for j in judgments if j.error), "opd_items": len(opd), "rwr_items": len(rwr)}
+    (out_dir / "train_log.json").write_text(json.dumps(body, indent=2), encoding="utf-8")
+    return OPODResult(adapter_dir, gguf, judgments, len(opd), len(rwr), history, notes)
+
+
+async def _judgments(records: Sequence[Any], s: OPODSettings, pool: Pool, store: TraceStore, out_dir: Path,
+                     log: Log, *, resumed: bool) -> list[Judgment]:
+    """The judge's verdicts: read back from ``judgments.jsonl`` on a resume, else judged and written there."""
+    file = out_dir / "judgments.jsonl"
+    if resumed and file.is_file():
+        found = [Judgment(**json.loads(line)) for line in file.read_text(encoding="utf-8").splitlines() if line]
+        log(f"{len(found)} judgments read back from {file}")
+        await pool.aclose()
+        return found
+    to_judge = [r for r in records if r.valid][:s.max_decisions]
+    log(f"{len(records)} decision attempts; judging {len(to_judge)} with '{s.judge or pool.synthesizer}'")
     try:
-        judgments = await judge_records(to_judge, pool=the_pool, store=the_store, judge=judge, log=log)
+        judgments = await judge_records(to_judge, pool=pool, store=store, judge=s.judge, log=log)
     finally:
-        await the_pool.aclose()
-    out_dir = Path(out)
+        await pool.aclose()
     out_dir.mkdir(parents=True, exist_ok=True)
-    with (out_dir / "judgments.jsonl").open("w", encoding="utf-8") as fh:
+    with file.open("w", encoding="utf-8") as fh:
         for j in judgments:
             fh.write(json.dumps(asdict(j)) + "\n")
-    log(f"loading the policy ({'adapter ' + str(adapter) if adapter else 'base model, fresh LoRA'}) ...")
-    policy = Policy.load(Path(adapter) if adapter else None, lora_r=lora_r, lora_alpha=lora_alpha,
-                         gguf_path=Path(gguf_path) if gguf_path else None, seed=seed)
-    opd, rwr = build_items(policy, records, judgments, max_length=max_length)
+    return judgments
+
+
+def _check_items(run_id: str, opd: list[OPDItem], rwr: list[RWRItem], lam: float) -> list[str]:
     notes: list[str] = []
     if not lam:
-        rwr = []
+        rwr.clear()
     if not opd and not rwr:
         raise ConfigError(f"nothing to train on in run '{run_id}': the judge flagged no decision for repair and "
                           "no episode succeeded (score the run with `orchestrion eval`, or try another --judge)")
@@ -325,42 +368,24 @@ async def atrain_opod(
         notes.append("the judge flagged no decision for repair: this is RWR only")
     if not rwr:
         notes.append("no successful episode (or --lambda 0): this is OPD only")
-    for n in notes:
-        log(n)
-    log(f"{len(opd)} decisions to distil (hinted teacher), {len(rwr)} to reinforce (RWR)")
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr)
-    history: list[OPODStep] = []
-    settings = {"run": run_id, "steps": steps, "adapter": str(adapter) if adapter else None, "lambda": lam,
-                "judge": judge or the_pool.synthesizer, "pool": the_pool.source, "lr": lr, "batch_size": batch_size,
-                "micro_batch": micro_batch, "max_new_tokens": max_new_tokens, "temperature": temperature,
-                "max_decisions": max_decisions, "lora_r": lora_r, "lora_alpha": lora_alpha, "seed": seed}
-    for step in range(steps):
-        start = time.perf_counter()
-        batch_opd = cycle(opd, step * batch_size, min(batch_size, len(opd)))
-        batch_rwr = cycle(rwr, step * batch_size, min(batch_size, len(rwr)))
-        sample_actions(policy, batch_opd, max_new_tokens=max_new_tokens, temperature=temperature)
-        optimizer.zero_grad(set_to_none=True)
-        stats = opod_loss(policy, batch_opd, batch_rwr, lam=lam, micro_batch=micro_batch)
-        torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
-        optimizer.step()
-        lengths = [len(i.sampled or []) for i in batch_opd]
-        entry = OPODStep(step + 1, stats["loss"], stats.get("opd"), stats.get("rwr"), len(batch_opd), len(batch_rwr),
-                         sum(lengths) / len(lengths) if lengths else 0.0, time.perf_counter() - start)
-        history.append(entry)
-        opd_text = "-" if entry.opd is None else f"{entry.opd:.4f}"
-        rwr_text = "-" if entry.rwr is None else f"{entry.rwr:.4f}"
-        log(f"step {entry.step}: loss={entry.loss:.4f} reverse_kl={opd_text} rwr={rwr_text} "
-            f"decisions={entry.opd_decisions}+{entry.rwr_decisions} {entry.wall_s:.1f}s")
-    adapter_dir, gguf, why = policy.save(out_dir)
-    if why:
-        notes.append(why)
-    body = {"trainer": "opod", "config": settings, "steps": [asdict(e) for e in history], "notes": notes,
-            "judged": len(judgments), "flagged": sum(1 for j in judgments if j.needs_repair),
-            "judge_errors": sum(1 for j in judgments if j.error), "opd_items": len(opd), "rwr_items": len(rwr)}
-    (out_dir / "train_log.json").write_text(json.dumps(body, indent=2), encoding="utf-8")
-    return OPODResult(adapter_dir, gguf, judgments, len(opd), len(rwr), history, notes)
+    return notes
 
 
-def train_opod(run_id: str, **kwargs: Any) -> OPODResult:
+def _opod_step(policy: Policy, optimizer: torch.optim.Optimizer, opd: Sequence[OPDItem], rwr: Sequence[RWRItem],
+               s: OPODSettings, step: int) -> OPODStep:
+    start = time.perf_counter()
+    batch_opd = cycle(opd, step * s.batch_size, min(s.batch_size, len(opd)))
+    batch_rwr = cycle(rwr, step * s.batch_size, min(s.batch_size, len(rwr)))
+    sample_actions(policy, batch_opd, max_new_tokens=s.max_new_tokens, temperature=s.temperature)
+    optimizer.zero_grad(set_to_none=True)
+    stats = opod_loss(policy, batch_opd, batch_rwr, lam=s.lam, micro_batch=s.micro_batch)
+    torch.nn.utils.clip_grad_norm_(policy.parameters(), 1.0)
+    optimizer.step()
+    lengths = [len(i.sampled or []) for i in batch_opd]
+    return OPODStep(step + 1, stats["loss"], stats.get("opd"), stats.get("rwr"), len(batch_opd), len(batch_rwr),
+                    sum(lengths) / len(lengths) if lengths else 0.0, time.perf_counter() - start)
+
+
+def train_opod(run_id: str, settings: OPODSettings | None = None, **kwargs: Any) -> OPODResult:
     """:func:`atrain_opod` with its own event loop."""
-    return asyncio.run(atrain_opod(run_id, **kwargs))
+    return asyncio.run(atrain_opod(run_id, settings, **kwargs))

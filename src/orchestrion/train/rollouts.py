@@ -1,6 +1,6 @@
 """Group rollouts for GRPO: the same task solved G times, rewards turned into advantages.
 
-``collect_group`` runs ``group`` episodes of one task through :func:`orchestrion.api.solve`
+``collect_group`` runs ``settings.group`` episodes of one task through :func:`orchestrion.api.solve`
 with the option ``seed`` set to a distinct value per episode (each orchestrator decision
 call then samples with its own seed derived from it, see
 :func:`orchestrion.runtime.context.decision_seed`) at a temperature above zero, and
@@ -29,10 +29,10 @@ from ..api import EpisodeResult, solve
 from ..models.pool import Pool
 from ..runtime.budget import Budget
 from ..runtime.types import Task
-from ..strategies.base import Strategy
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ._types import TrainSample
+from .settings import RolloutSettings
 
 RewardFn = Callable[[EpisodeResult, Task], Awaitable[float]]
 Progress = Callable[[int, int], None]
@@ -82,50 +82,40 @@ def check_sampling(options: dict[str, Any] | None) -> None:
 
 async def collect_group(
     task: Task,
+    settings: RolloutSettings,
     *,
-    strategy: str | Strategy,
     pool: Pool,
     store: TraceStore,
-    group: int,
     reward_fn: RewardFn,
-    options: dict[str, Any] | None = None,
     run_id: str | None = None,
     tools: ToolRegistry | None = None,
     budget: Budget | None = None,
-    seed: int = 0,
-    concurrency: int | None = None,
 ) -> Group:
-    """Run ``group`` episodes of ``task`` (seeds ``seed`` .. ``seed + group - 1``), score them, normalise."""
-    check_sampling(options)
-    run = _Runner(strategy, pool, store, reward_fn, options, run_id, tools, budget,
-                  asyncio.Semaphore(concurrency or group))
-    return await run.group(task, group, seed)
+    """Run ``settings.group`` episodes of ``task`` (seeds ``settings.seed`` onwards), score them, normalise."""
+    check_sampling(settings.options)
+    run = _Runner(settings.strategy, pool, store, reward_fn, settings.options, run_id, tools, budget,
+                  asyncio.Semaphore(settings.concurrency))
+    return await run.group(task, settings.group, settings.seed)
 
 
 async def collect_groups(
     tasks: Sequence[Task],
+    settings: RolloutSettings,
     *,
-    strategy: str | Strategy,
     pool: Pool,
     store: TraceStore,
-    group: int,
     reward_fn: RewardFn,
-    options: dict[str, Any] | None = None,
     run_id: str | None = None,
     tools: ToolRegistry | None = None,
     budget: Budget | None = None,
-    seed: int = 0,
-    concurrency: int = 1,
     progress: Progress | None = None,
 ) -> list[Group]:
-    """One group per task, at most ``concurrency`` episodes at once; ``progress(done, total)`` after each episode.
-
-    Task ``j`` uses seeds ``seed + j * group`` onwards, so every episode of the call has its own seed.
-    """
-    check_sampling(options)
-    run = _Runner(strategy, pool, store, reward_fn, options, run_id, tools, budget,
-                  asyncio.Semaphore(max(1, concurrency)),
-                  progress, len(tasks) * group)
+    """One group per task, at most ``settings.concurrency`` episodes at once; ``progress(done, total)`` after
+    each episode. Task ``j`` uses seeds ``seed + j * group`` onwards, so every episode has its own seed."""
+    check_sampling(settings.options)
+    group, seed = settings.group, settings.seed
+    run = _Runner(settings.strategy, pool, store, reward_fn, settings.options, run_id, tools, budget,
+                  asyncio.Semaphore(settings.concurrency), progress, len(tasks) * group)
     return list(await asyncio.gather(*(run.group(t, group, seed + j * group) for j, t in enumerate(tasks))))
 
 
@@ -133,7 +123,7 @@ async def collect_groups(
 class _Runner:
     """What every episode of a collection shares: the solve arguments, one concurrency gate, progress."""
 
-    strategy: str | Strategy
+    strategy: Any  # a strategy name or a Strategy object
     pool: Pool
     store: TraceStore
     reward_fn: RewardFn

@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
 from .._text import read_jsonl
-from .adapter import ADAPTER_GGUF, MODULE_NAMES, peft_to_gguf
+from .adapter import ADAPTER_GGUF, peft_to_gguf
+from .settings import SFTSettings
 
 EXPORT_HINT = "run `orchestrion train export --run RUN_ID --format trl --out DIR` first"
 
@@ -37,18 +38,6 @@ class SFTResult:
     losses: list[float]
     examples: int = 0
     dropped: int = 0
-
-
-@dataclass
-class SFTSettings:
-    steps: int = 20
-    lr: float = 2e-4
-    batch_size: int = 2
-    lora_r: int = 8
-    lora_alpha: int = 16
-    max_length: int = 1024
-    seed: int = 0
-    target_modules: list[str] = field(default_factory=lambda: list(MODULE_NAMES))
 
 
 def load_rows(data_dir: str | Path, max_length: int) -> tuple[list[dict[str, list[int]]], int]:
@@ -107,15 +96,8 @@ def _loss_callback(losses: list[float], total: int, progress: Progress | None) -
 def train_sft(
     data_dir: str | Path,
     out_dir: str | Path,
+    settings: SFTSettings | None = None,
     *,
-    steps: int = 20,
-    lr: float = 2e-4,
-    batch_size: int = 2,
-    lora_r: int = 8,
-    lora_alpha: int = 16,
-    max_length: int = 1024,
-    seed: int = 0,
-    gguf_path: str | Path | None = None,
     progress: Progress | None = None,
 ) -> SFTResult:
     """Train a LoRA adapter on the decisions in ``data_dir`` and write it to ``out_dir``.
@@ -123,10 +105,8 @@ def train_sft(
     ``out_dir`` gets the PEFT adapter (adapter_config.json, adapter_model.safetensors),
     ``adapter.gguf`` for llama.cpp and ``train_log.json`` (per-step losses, settings).
     """
-    settings = SFTSettings(steps=steps, lr=lr, batch_size=batch_size, lora_r=lora_r,
-                           lora_alpha=lora_alpha, max_length=max_length, seed=seed)
-    if min(steps, batch_size, lora_r, lora_alpha, max_length) < 1 or lr <= 0:
-        raise ConfigError("steps, batch size, LoRA rank/alpha, max length and learning rate must be positive")
+    settings = settings or SFTSettings()
+    steps, max_length = settings.steps, settings.max_length
     rows, dropped = load_rows(data_dir, max_length)
     _require_extra()
     import torch
@@ -138,7 +118,7 @@ def train_sft(
 
     from .hf import _gguf, load_model, load_tokenizer
 
-    base = _gguf(gguf_path)
+    base = _gguf(settings.gguf_path)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     losses: list[float] = []
@@ -146,11 +126,11 @@ def train_sft(
     config = SFTConfig(
         output_dir=str(out / "checkpoints"),
         max_steps=steps,
-        learning_rate=lr,
-        per_device_train_batch_size=batch_size,
+        learning_rate=settings.lr,
+        per_device_train_batch_size=settings.batch_size,
         max_length=max_length,
-        seed=seed,
-        data_seed=seed,
+        seed=settings.seed,
+        data_seed=settings.seed,
         completion_only_loss=True,
         packing=False,
         activation_checkpointing=False,
@@ -161,7 +141,7 @@ def train_sft(
         report_to="none",
         disable_tqdm=True,
     )
-    peft_config = LoraConfig(r=lora_r, lora_alpha=lora_alpha, lora_dropout=0.0,
+    peft_config = LoraConfig(r=settings.lora_r, lora_alpha=settings.lora_alpha, lora_dropout=0.0,
                              target_modules=settings.target_modules, task_type="CAUSAL_LM")
     trainer = SFTTrainer(
         model=load_model(base),
@@ -182,7 +162,7 @@ def train_sft(
         gguf_out = peft_to_gguf(out, out / ADAPTER_GGUF, base_gguf=base)
         log = {
             "losses": losses,
-            "settings": asdict(settings),
+            "settings": settings.record(),
             "data": str(data_dir),
             "examples": len(rows),
             "dropped_too_long": dropped,

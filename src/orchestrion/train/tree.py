@@ -49,11 +49,11 @@ from ..api import EpisodeResult, solve
 from ..models.pool import Pool
 from ..runtime.budget import Budget
 from ..runtime.types import Task
-from ..strategies.base import Strategy
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ._types import TrainSample
 from .rollouts import Progress, RewardFn, check_sampling, decision_rows, sample_from_row
+from .settings import TreeSettings
 
 
 @dataclass
@@ -98,25 +98,22 @@ class Tree:
 
 async def collect_tree(
     task: Task,
+    settings: TreeSettings,
     *,
-    strategy: str | Strategy,
     pool: Pool,
     store: TraceStore,
-    branching: int,
-    max_depth: int,
     reward_fn: RewardFn,
-    options: dict[str, Any] | None = None,
     run_id: str | None = None,
     tools: ToolRegistry | None = None,
     budget: Budget | None = None,
-    seed: int = 0,
-    concurrency: int = 1,
     progress: Progress | None = None,
 ) -> Tree:
     """Run a root episode and branch it at its first ``max_depth`` decisions (see the module docstring)."""
-    check_sampling(options)
+    check_sampling(settings.options)
+    strategy, options, seed = settings.strategy, settings.options, settings.seed
+    branching, max_depth = settings.branching, settings.max_depth
     episodes: list[TreeEpisode] = []
-    gate = asyncio.Semaphore(max(1, concurrency))
+    gate = asyncio.Semaphore(settings.concurrency)
     bound = (branching + 1) ** max(0, max_depth)  # the most episodes the tree can have
     done = 0
 
