@@ -198,6 +198,11 @@ async def test_cli_export_prints_counts_and_writes(store: TraceStore, tmp_path: 
                               "--db", str(store.path), "--all"])
     assert res.exit_code == 0, res.output
     assert "(11 rows, 5 episodes)" in res.output and (tmp_path / "v" / "train.parquet").is_file()
+    res = runner.invoke(app, ["train", "export", "--run", RUN, "--format", "verl", "--out", str(tmp_path / "a"),
+                              "--db", str(store.path), "--one-per-task", "--augment", "1"])
+    assert res.exit_code == 0, res.output
+    added = int(res.output.split("repair copies added (--augment 1): ")[1].split()[0])
+    assert added >= 1 and f"({4 + added} rows" in res.output
 
 
 async def test_cli_errors_are_one_line(store: TraceStore, tmp_path: Path) -> None:

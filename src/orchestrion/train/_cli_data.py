@@ -39,6 +39,10 @@ def export(
         "--rewards", help="rewards.yaml for meta.reward (default weights otherwise)")] = None,
     gguf: Annotated[Path | None, typer.Option(
         "--gguf", help="tokenizer of this GGUF (default: the embedded orchestrator)")] = None,
+    augment: Annotated[float, typer.Option(
+        "--augment", min=0.0, max=1.0,
+        help="add a format-drift repair copy of this share of valid first attempts (ParaManager's "
+             "recoverable failures; see orchestrion.train.augment)")] = 0.0,
 ) -> None:
     """Export a run's decisions (exact context, raw output, token ids, loss mask) for TRL or verl."""
     from ..trace.store import TraceStore
@@ -65,8 +69,15 @@ def export(
         out.print(f"  kept after {step}: {len(kept)}", highlight=False)
         if not kept:
             raise ConfigError(_why_empty(step, run_id, records))
+    if augment > 0:
+        from .augment import augment_records
+
+        before = len(kept)
+        kept = augment_records(kept, augment)
+        out.print(f"  repair copies added (--augment {augment:g}): {len(kept) - before}", highlight=False)
     episode_rewards = {eid: episode_reward(store, eid, cfg) for eid in dict.fromkeys(r.episode_id for r in kept)}
-    info = {"run_id": run_id, "records_read": len(records), "filters": flt.__dict__, "rewards_config": cfg.model_dump()}
+    info = {"run_id": run_id, "records_read": len(records), "filters": flt.__dict__, "rewards_config": cfg.model_dump(),
+            "augment": augment}
     with err.status(f"writing {len(kept)} rows..."):
         path = _write(fmt, kept, out_dir, episode_rewards, info, gguf)
     out.print(
