@@ -48,10 +48,10 @@ from orchestrion.models.presets import LOCAL_MODELS, preset_config
 STUDENT, TEACHER = "smollm2-135m", "qwen2.5-coder-1.5b"
 SIZES: dict[str, dict[str, Any]] = {
     "quick": {"train": ["arithmetic/3_digit_multiplication"], "unseen": ["arithmetic/5_digit_subtraction"],
-              "train_limit": 6, "eval_limit": 3, "seeds": [1], "sft_steps": 30, "methods": ["sft"]},
+              "train_limit": 6, "eval_limit": 3, "seeds": [1], "sft_steps": 30, "methods": ["sft"], "augment": 0.3},
     "default": {"train": ["arithmetic/3_digit_multiplication", "arithmetic/4_digit_addition"],
                 "unseen": ["arithmetic/5_digit_subtraction"], "train_limit": 10, "eval_limit": 3,
-                "seeds": [1, 2, 3], "sft_steps": 60, "methods": ["sft", "grpo", "opod"]},
+                "seeds": [1, 2, 3], "sft_steps": 60, "methods": ["sft", "grpo", "opod"], "augment": 0.3},
 }
 OPTIONS: dict[str, Any] = {"max_rounds": 3}
 BUDGET = {"wall_s": 300}  # one stuck episode cannot eat the run; it is recorded as budget_exceeded
@@ -149,8 +149,9 @@ class Bench:
             for task in self.size["train"]:
                 part = self.out / f"export_{task.replace('/', '_')}"
                 if self.cli(f"export:{task}", ["train", "export", "--run", self.state[f"teacher:{task}"],
-                                                "--out", str(part)]):
+                                                "--out", str(part), "--augment", str(self.size["augment"])]):
                     parts.append(part / "train.jsonl")
+            self.state["export_augment"] = self.size["augment"]
             data.mkdir(exist_ok=True)
             (data / "train.jsonl").write_text("".join(p.read_text() for p in parts if p.is_file()))
         rows = sum(1 for _ in (data / "train.jsonl").open())
@@ -226,7 +227,11 @@ def _mean(values: list[float | None], fmt: str) -> str:
 
 
 def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
-    lines = [f"seeds {bench.size['seeds']}, {bench.size['eval_limit']} held-out examples per task and seed; "
+    teacher_eps = sum(bench.store.runs_matching(str(bench.state[f"teacher:{t}"]))[0]["id"] is not None
+                      for t in bench.size["train"] if bench.state.get(f"teacher:{t}"))
+    lines = [f"teacher runs on the @train side of {teacher_eps} task(s), {bench.size['train_limit']} episodes each; "
+             f"SFT {bench.size['sft_steps']} steps, --augment {bench.state.get('export_augment', '?')}; "
+             f"seeds {bench.size['seeds']}, {bench.size['eval_limit']} held-out examples per task and seed; "
              "accuracy is the mean ± sd over seeds of each seed's mean over tasks\n"]
     curves: dict[str, dict[str, list[float]]] = {}
     for group in ("held-out", "unseen task"):
