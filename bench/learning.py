@@ -227,8 +227,7 @@ def _mean(values: list[float | None], fmt: str) -> str:
 
 
 def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
-    teacher_eps = sum(bench.store.runs_matching(str(bench.state[f"teacher:{t}"]))[0]["id"] is not None
-                      for t in bench.size["train"] if bench.state.get(f"teacher:{t}"))
+    teacher_eps = len([t for t in bench.size["train"] if bench.state.get(f"teacher:{t}")])
     lines = [f"teacher runs on the @train side of {teacher_eps} task(s), {bench.size['train_limit']} episodes each; "
              f"SFT {bench.size['sft_steps']} steps, --augment {bench.state.get('export_augment', '?')}; "
              f"seeds {bench.size['seeds']}, {bench.size['eval_limit']} held-out examples per task and seed; "
