@@ -82,5 +82,7 @@ def test_schema_violating_actions_are_recorded_not_crashed(fault_server: FaultSe
     valid = dict(conn.execute("SELECT valid, COUNT(*) FROM decisions GROUP BY valid").fetchall())
     conn.close()
     assert valid.get(0, 0) >= 3 and valid.get(1, 0) == 0  # each invalid output, repairs included, is data
+    # para stops after max_invalid_rounds (3) rounds without a valid action, repairs included: 3 x 3 attempts
+    assert valid[0] == 9, valid
     # para falls back to answering without tools: the episode ends ok, with a synthesized answer
     assert res.returncode == 0 and rows[0]["status"] == "ok" and rows[0]["answer"], rows[0]

@@ -135,3 +135,18 @@ async def test_answer_meta_is_stored_with_the_episode(store: TraceStore) -> None
     meta = json.loads(store.episode(res.trace_id)["meta"])  # type: ignore[index]
     assert meta["result"] == {"rounds": 1, "calls": 0, "invalid_decisions": 0}
     assert "options" in meta and "budget" in meta
+
+
+async def test_para_stops_after_rounds_in_a_row_without_a_valid_action(store: TraceStore) -> None:
+    """Three invalid rounds in a row end the deciding (a valid round in between resets the count)."""
+    from orchestrion.tools.calculator import CalculatorTool
+
+    bad = "not an action"
+    call = '{"calls": [{"tool": "calculator", "input": "2+2"}], "final": false}'
+    # round 1 invalid (3 attempts), round 2 valid, rounds 3-5 invalid -> stop; then the synthesis
+    replies = [bad] * 3 + [call] + [bad] * 9 + ["4"]
+    model = ScriptedModel(replies, name="m")
+    res = await solve("What is 2+2?", strategy="para", pool=Pool.from_models([model]),
+                      tools=ToolRegistry([CalculatorTool()]), store=store, options={"max_invalid_rounds": 3})
+    assert res.meta["rounds"] == 5 and res.meta["invalid_decisions"] == 4 and res.meta["calls"] == 1
+    assert len(model.calls) == len(replies)  # nothing decided after the stop; the last call is the synthesis

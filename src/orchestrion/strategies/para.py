@@ -32,6 +32,9 @@ class Para(Strategy):
     class Options(StrategyOptions):
         max_rounds: int = Field(default=12, description="most orchestrator rounds before synthesis (paper: 12)")
         max_calls: int = Field(default=4, description="most parallel calls per round (paper: 4)")
+        max_invalid_rounds: int = Field(
+            default=3, ge=0, description="rounds in a row without a valid action before para stops deciding and "
+                                         "answers from the results it has (0 = never stop early)")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
@@ -47,7 +50,7 @@ class Para(Strategy):
         schema["properties"]["calls"]["maxItems"] = max_calls
         history: list[str] = []
         results: list[tuple[Call, ToolResult]] = []
-        invalid = 0
+        invalid = streak = 0
         for rnd in range(1, max_rounds + 1):
             ctx.budget.new_round()
             with ctx.tracer.span("round", f"round {rnd}"):
@@ -56,9 +59,12 @@ class Para(Strategy):
                 decision = await ctx.decide(ParaAction, [system, msg("user", prompt)], json_schema=schema,
                                             name=f"round {rnd}")
                 if decision.action is None:
-                    invalid += 1
+                    invalid, streak = invalid + 1, streak + 1
                     history.append(f"Round {rnd}: your reply was not a valid action ({decision.error}).")
+                    if streak == opts.max_invalid_rounds:
+                        break  # a model that cannot produce the format will not start now: stop spending
                     continue
+                streak = 0
                 action = decision.action
                 if not action.calls:
                     break
