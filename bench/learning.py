@@ -2,8 +2,8 @@
 
 The setting of the seeds at toy scale: the *teacher* is ``para`` with Qwen2.5-Coder-1.5B as its
 orchestrator on the ``local`` pool; the *student* is the same strategy and the same workers with
-SmolLM2-135M deciding, with no grammar (``structured: prompt``), so its valid-action rate measures
-what it learned. Stages, each recorded in ``OUT/state.json`` so that a rerun skips what is done
+SmolLM2-135M deciding, with no grammar and no schema added to its prompt (``structured: none``):
+it sees the prompts the teacher saw, and its valid-action rate measures what it learned. Stages, each recorded in ``OUT/state.json`` so that a rerun skips what is done
 and resumes an interrupted eval run (a session that stops mid-way loses at most one stage):
 
 1. ``teacher:T`` — the teacher on the *training* side (``@train``) of each training task;
@@ -74,10 +74,10 @@ class Bench:
 
     # -- pools ------------------------------------------------------------------------------
     def student_pool_file(self) -> Path:
-        """The local pool with the student deciding, grammar off (``structured: prompt``)."""
+        """The local pool with the student deciding, grammar off and no schema in its prompt."""
         path = self.out / "student_pool.yaml"
         config = preset_config("local")
-        models = [dict(m, structured="prompt") if m["name"] == STUDENT else m
+        models = [dict(m, structured="none") if m["name"] == STUDENT else m
                   for m in config["models"]]  # type: ignore[attr-defined]
         path.write_text(yaml.safe_dump({**config, "models": models, "orchestrator": STUDENT}))
         return path

@@ -162,11 +162,12 @@ async def test_structured_prompt_turns_the_llama_cpp_grammar_off(tmp_path: Path)
     body = "models:\n" + "".join(
         f"  - name: {name}\n    backend: llama-cpp\n    path: {find_smollm2_gguf()}\n    price: {{input_per_mtok: 0, "
         f"output_per_mtok: 0}}\n" + (f"    structured: {mode}\n" if mode else "")
-        for name, mode in (("free", "prompt"), ("forced", None))
+        for name, mode in (("free", "prompt"), ("forced", None), ("bare", "none"))
     )
     path.write_text(body, encoding="utf-8")
     pool = Pool.from_yaml(path)
     assert not pool.get("free").constrains_json and pool.get("forced").constrains_json
+    assert not pool.get("bare").constrains_json
     schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
     cfg = GenerateConfig(max_tokens=24, json_schema=schema)
     msgs = [{"role": "user", "content": "Say hello in French."}]

@@ -62,3 +62,16 @@ def test_a_reply_cut_off_at_the_limit_is_not_shown_back_to_the_model() -> None:
     hidden = repair_messages([{"role": "user", "content": "go"}], looped, "no JSON", truncated=True)
     assert any("12*13 = 198" in m["content"] for m in shown)
     assert not any("12*13 = 198" in m["content"] for m in hidden) and "cut off" in hidden[-1]["content"]
+
+
+@pytest.mark.parametrize(("mode", "stated"), [("auto", True), ("prompt", True), ("none", False)])
+async def test_structured_none_leaves_the_prompt_as_trained(store: TraceStore, mode: str, stated: bool) -> None:
+    """A model that cannot constrain JSON gets the schema in its prompt, unless its pool entry says
+    ``structured: none`` (an orchestrator trained on prompts without it)."""
+    model = ScriptedModel(['{"thought": "", "calls": [], "final": true}'], name="m")
+    pool = Pool.from_models([model])
+    pool.specs["m"] = pool.spec("m").model_copy(update={"structured": mode})
+    ctx = RunContext(pool, ToolRegistry([]), Tracer(store, "ep"), BudgetTracker())
+    decision = await ctx.decide(ParaAction, [{"role": "user", "content": "plan"}])
+    assert decision.valid
+    assert ("JSON schema" in model.calls[0][-1]["content"]) is stated

@@ -395,5 +395,5 @@ def from_spec(spec: ModelSpec) -> LlamaCppModel:
         price=spec.price,
         lora_path=spec.lora_path,
         state_cache=spec.state_cache,
-        grammar=spec.structured != "prompt",
+        grammar=spec.structured not in ("prompt", "none"),
     )

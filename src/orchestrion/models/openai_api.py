@@ -33,7 +33,7 @@ from ._types import Completion, GenerateConfig, Message, Usage, msg
 if TYPE_CHECKING:
     from .pool import ModelSpec
 
-StructuredMode = Literal["auto", "json_schema", "json_object", "json_object_schema", "prompt"]
+StructuredMode = Literal["auto", "json_schema", "json_object", "json_object_schema", "prompt", "none"]
 _AUTO_ORDER: tuple[str, ...] = ("json_schema", "json_object", "prompt")
 _FALLBACK_HINTS = ("response_format", "json_schema", "json_object", "structured", "guided", "grammar")
 _JSON_HEADERS = {"Content-Type": "application/json"}
@@ -85,7 +85,7 @@ class OpenAIAPIModel:
         self.max_backoff_s = max_backoff_s
         self.max_retry_after_s = max_retry_after_s
         self.extra_body = dict(extra_body or {})
-        self.constrains_json = structured != "prompt"
+        self.constrains_json = structured not in ("prompt", "none")
         self._auto_mode = _AUTO_ORDER[0]
         self._auto_confirmed = False
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(CONNECT_TIMEOUT_S, timeout_s))
@@ -223,7 +223,7 @@ class OpenAIAPIModel:
 
     # -- request and response ---------------------------------------------------------
     def _modes(self, config: GenerateConfig) -> list[str | None]:
-        if config.json_schema is None:
+        if config.json_schema is None or self.structured == "none":
             return [None]
         if self.structured != "auto":
             return [self.structured]

@@ -54,11 +54,12 @@ class ModelSpec(BaseModel):
     api_key_env: str | None = None
     timeout_s: float = Field(default=45.0, gt=0, description="per request; a timeout is not retried")
     max_retries: int = Field(default=3, ge=0)
-    structured: Literal["auto", "json_schema", "json_object", "json_object_schema", "prompt"] = Field(
+    structured: Literal["auto", "json_schema", "json_object", "json_object_schema", "prompt", "none"] = Field(
         default="auto",
         description="how JSON actions are enforced: auto tries json_schema, then json_object, then the prompt; "
-                    "json_object_schema is JSON mode with the schema (llama-cpp-python's server); "
-                    "for llama-cpp, prompt turns the grammar off (the schema is asked for in the prompt)",
+                    "json_object_schema is JSON mode with the schema (llama-cpp-python's server); prompt states "
+                    "the schema in the prompt and parses (for llama-cpp: no grammar); none neither constrains nor "
+                    "states it, for an orchestrator trained on its prompts: its valid-action rate is what it learned",
     )
     extra_body: dict[str, Any] | None = Field(default=None, description="extra JSON fields sent with every request")
     # llama-cpp settings

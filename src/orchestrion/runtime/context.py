@@ -207,7 +207,7 @@ class RunContext:
         base = config or ORCHESTRATOR_CONFIG
         cfg = replace(base, json_schema=json_schema, temperature=self.temperature(role))
         convo = list(messages)
-        if not self.pool.get(model_name).constrains_json:
+        if not self.pool.get(model_name).constrains_json and self.pool.spec(model_name).structured != "none":
             convo = [*convo[:-1], {**convo[-1], "content": convo[-1]["content"] + "\n\n" + schema_prompt(json_schema)}]
         decision: Decision[T] = Decision(action=None)
         replayed: list[int] = []
