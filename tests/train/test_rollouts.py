@@ -23,6 +23,7 @@ from orchestrion import (
 from orchestrion.models._types import Completion
 from orchestrion.runtime.context import decision_seed
 from orchestrion.train.rollouts import (
+    ROLLOUT_TEMPERATURE,
     collect_group,
     collect_groups,
     decision_rows,
@@ -230,3 +231,23 @@ async def test_group_of_two_para_episodes_on_the_real_model(store: TraceStore) -
         text = tok.decode(sample.completion_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
         assert text == row["output"]
     assert all(abs(abs(s.advantage) - 1) < 1e-4 for s in samples)
+
+
+async def test_rollout_decisions_are_sampled_although_the_pool_decides_greedily(store: TraceStore) -> None:
+    """The pool's decisions are greedy by default; a rollout samples them (or every group would be
+    identical and carry no signal), unless its options set another temperature above 0."""
+    seen: list[float] = []
+
+    def pick(config: GenerateConfig) -> str:
+        seen.append(config.temperature)
+        return "1"
+
+    pool = Pool.from_models([para_model(pick)])
+    assert pool.config.temperature.decision == 0.0
+    await collect_group(TASK, RolloutSettings(strategy="para", group=2, options=OPTS), pool=pool, store=store,
+                        reward_fn=has_42)
+    assert seen and all(t == ROLLOUT_TEMPERATURE > 0 for t in seen)
+    seen.clear()
+    await collect_group(TASK, RolloutSettings(strategy="para", group=2, options={**OPTS, "decision_temperature": 0.7}),
+                        pool=pool, store=store, reward_fn=has_42)
+    assert seen and all(t == 0.7 for t in seen)

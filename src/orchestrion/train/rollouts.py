@@ -72,12 +72,18 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> list[float]
     return [(r - mean) / (std + eps) for r in rewards]
 
 
-def check_sampling(options: dict[str, Any] | None) -> None:
-    """Rollouts need sampled decisions: at temperature 0 every episode of a group decides the same."""
+ROLLOUT_TEMPERATURE = 1.0  # decisions of a rollout, unless option decision_temperature says otherwise
+
+
+def check_sampling(options: dict[str, Any] | None) -> dict[str, Any]:
+    """The rollout's options, with decisions sampled: at temperature 0 every episode of a group
+    decides the same (the pool's decisions are greedy by default), so a group would carry no signal.
+    ``decision_temperature`` defaults to :data:`ROLLOUT_TEMPERATURE`; 0 or below is refused."""
     value = (options or {}).get("decision_temperature")
     if value is not None and float(value) <= 0:
         raise ConfigError(f"option decision_temperature={value}: rollouts need a temperature above 0 "
                           "to sample different decisions")
+    return {"decision_temperature": ROLLOUT_TEMPERATURE, **(options or {})}
 
 
 async def collect_group(
@@ -92,8 +98,8 @@ async def collect_group(
     budget: Budget | None = None,
 ) -> Group:
     """Run ``settings.group`` episodes of ``task`` (seeds ``settings.seed`` onwards), score them, normalise."""
-    check_sampling(settings.options)
-    run = _Runner(settings.strategy, pool, store, reward_fn, settings.options, run_id, tools, budget,
+    options = check_sampling(settings.options)
+    run = _Runner(settings.strategy, pool, store, reward_fn, options, run_id, tools, budget,
                   asyncio.Semaphore(settings.concurrency))
     return await run.group(task, settings.group, settings.seed)
 
@@ -112,9 +118,9 @@ async def collect_groups(
 ) -> list[Group]:
     """One group per task, at most ``settings.concurrency`` episodes at once; ``progress(done, total)`` after
     each episode. Task ``j`` uses seeds ``seed + j * group`` onwards, so every episode has its own seed."""
-    check_sampling(settings.options)
+    options = check_sampling(settings.options)
     group, seed = settings.group, settings.seed
-    run = _Runner(settings.strategy, pool, store, reward_fn, settings.options, run_id, tools, budget,
+    run = _Runner(settings.strategy, pool, store, reward_fn, options, run_id, tools, budget,
                   asyncio.Semaphore(settings.concurrency), progress, len(tasks) * group)
     return list(await asyncio.gather(*(run.group(t, group, seed + j * group) for j, t in enumerate(tasks))))
 

@@ -109,8 +109,8 @@ async def collect_tree(
     progress: Progress | None = None,
 ) -> Tree:
     """Run a root episode and branch it at its first ``max_depth`` decisions (see the module docstring)."""
-    check_sampling(settings.options)
-    strategy, options, seed = settings.strategy, settings.options, settings.seed
+    options = check_sampling(settings.options)
+    strategy, seed = settings.strategy, settings.seed
     branching, max_depth = settings.branching, settings.max_depth
     episodes: list[TreeEpisode] = []
     gate = asyncio.Semaphore(settings.concurrency)
