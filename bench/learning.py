@@ -3,8 +3,9 @@
 The setting of the seeds at toy scale: the *teacher* is ``para`` with Qwen2.5-Coder-1.5B as its
 orchestrator on the ``local`` pool; the *student* is the same strategy and the same workers with
 SmolLM2-135M deciding, with no grammar and no schema added to its prompt (``structured: none``):
-it sees the prompts the teacher saw, and its valid-action rate measures what it learned. Stages, each recorded in ``OUT/state.json`` so that a rerun skips what is done
-and resumes an interrupted eval run (a session that stops mid-way loses at most one stage):
+it sees the prompts the teacher saw, and its valid-action rate measures what it learned. Stages,
+each recorded in ``OUT/state.json`` so that a rerun skips what is done and resumes an interrupted
+eval run (a session that stops mid-way loses at most one stage):
 
 1. ``teacher:T`` — the teacher on the *training* side (``@train``) of each training task;
 2. ``export`` / ``sft`` — its successful decisions (``orchestrion train export``) and a LoRA on
@@ -163,14 +164,15 @@ class Bench:
         sft = self.state.get("adapter:sft")
         if sft and "grpo" in methods:
             task = self.size["train"][0]
-            if self.cli("grpo", ["train", "grpo", "--dataset", f"bigbench:{task}@train", "--limit", "4",
+            rewards = Path(__file__).resolve().parent.parent / "examples" / "rewards.yaml"  # ParaManager's mix
+            if self.cli("grpo", ["train", "grpo", "--dataset", f"bigbench:{task}@train", "--limit", "3",
                                  "--group", "4", "--steps", "3", "--pool", str(self.student_pool_file()),
-                                 "--adapter", sft, "--out", str(self.out / "grpo"), "--set", "max_rounds=3"]):
-                self.state["adapter:grpo"] = str(self.out / "grpo")
+                                 "--adapter", sft, "--out", str(self.out / "grpo-sampled"), "--set", "max_rounds=3",
+                                 "--rewards", str(rewards)]):
+                self.state["adapter:grpo"] = str(self.out / "grpo-sampled")
         if sft and "opod" in methods:
             task = self.size["train"][0]
-            run = await self.eval_run("student-rollouts", f"bigbench:{task}@train", "para", "student:sft",
-                                      self.size["train_limit"], 11)
+            run = await self.eval_run("student-rollouts", f"bigbench:{task}@train", "para", "student:sft", 6, 11)
             if self.cli("opod", ["train", "opod", "--run", run, "--adapter", sft, "--steps", "4",
                                  "--pool", str(self.student_pool_file()), "--out", str(self.out / "opod")]):
                 self.state["adapter:opod"] = str(self.out / "opod")
