@@ -106,3 +106,15 @@ def test_jsonl_export_round_trip(store: TraceStore, tmp_path: Path) -> None:
     assert rec["spans"][0]["name"] == "root"
     assert rec["events"][0]["data"] == {"x": 1}
     assert rec["decisions"][0]["messages"][0]["content"] == "q"
+
+
+def test_ids_do_not_repeat_after_the_global_generator_is_reseeded() -> None:
+    """Training libraries call random.seed(seed); two seeded runs must not get the same ids."""
+    import random
+
+    from orchestrion.trace.tracer import new_id
+
+    random.seed(0)
+    first = [new_id() for _ in range(3)]
+    random.seed(0)
+    assert not set(first) & {new_id() for _ in range(3)}

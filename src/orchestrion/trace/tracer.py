@@ -22,6 +22,10 @@ from ._json import dumps as dumps
 from .store import TraceStore
 
 _current: ContextVar[Span | None] = ContextVar("orchestrion_span", default=None)
+# Ids come from a generator of our own, seeded from the OS: the module-level one is reseeded by
+# ``random.seed`` / transformers' ``set_seed``, which made a second seeded training run repeat
+# the first run's episode ids.
+_ids = random.Random()
 
 
 def set_current(span: Span) -> Token[Span | None]:
@@ -36,7 +40,7 @@ def reset_current(token: Token[Span | None]) -> None:
 def new_id() -> str:
     """A random 128-bit hex id. Not uuid4: os.urandom releases the GIL on every call,
     which forced a thread switch to the trace writer per span (bench/scheduler.py)."""
-    return f"{random.getrandbits(128):032x}"
+    return f"{_ids.getrandbits(128):032x}"
 
 
 class Span:
