@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -80,3 +81,11 @@ class LookupTool(Tool):
 def act(**kw: Any) -> str:
     """A JSON action string, as a model would write it."""
     return json.dumps(kw)
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on (bound and released at once)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port

@@ -3,11 +3,12 @@ episode (none lost, none duplicated), no hang, and a short message instead of a 
 
 from __future__ import annotations
 
-import socket
 import sqlite3
 from pathlib import Path
 
 import pytest
+
+from tests.helpers import free_port
 
 from .conftest import TIMEOUT_S, FaultServer, assert_user_message, cli, episodes
 
@@ -47,9 +48,7 @@ def test_run_records_each_fault(fault_server: FaultServer, tmp_path: Path, tag: 
 
 
 def test_dead_server_fails_fast_with_one_line(fault_server: FaultServer, tmp_path: Path) -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # a port nobody listens on
     db = tmp_path / "t.db"
     pool = fault_server.pool(tmp_path, base_url=f"http://127.0.0.1:{port}/v1")
     res = cli("run", "hi", "--strategy", "direct", "--pool", str(pool), db=db, timeout=30)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,16 +23,11 @@ pytest.importorskip("phoenix", reason="arize-phoenix is not installed (it is in 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from fake_openai_server import run_in_process  # noqa: E402
 
+from tests.helpers import free_port
+
 ROUND1 = json.dumps({"thought": "compute", "calls": [{"tool": "calculator", "input": "2+3"},
                                                      {"tool": "reasoner", "input": "2 plus 3", "model": "fake"}]})
 ROUND2 = json.dumps({"thought": "done", "calls": [], "final": True})
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def get_json(url: str) -> Any:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -22,6 +21,7 @@ from orchestrion.models._types import GenerateConfig, msg
 from orchestrion.models.openai_api import OpenAIAPIModel, from_spec
 from orchestrion.models.pool import ModelSpec
 from orchestrion.models.protocol import Model
+from tests.helpers import free_port
 
 MESSAGES = [msg("system", "You are terse."), msg("user", "say hello world")]
 CFG = GenerateConfig(max_tokens=32, temperature=0.2, top_p=0.9, seed=7, stop=("END",))
@@ -46,10 +46,7 @@ def make(srv: FakeOpenAIServer | str, **kw: Any) -> OpenAIAPIModel:
 
 
 def closed_port_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    return f"http://127.0.0.1:{port}/v1"
+    return f"http://127.0.0.1:{free_port()}/v1"
 
 
 async def test_basic_completion_usage_cost_latency(server: FakeOpenAIServer) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -29,6 +28,8 @@ from orchestrion.trace.otel import OtlpSender, episode_spans, resolve_endpoint, 
 
 sys.path.insert(0, str(Path(__file__).parents[1]))
 from fake_openai_server import run_in_process  # noqa: E402
+
+from tests.helpers import free_port
 
 
 class Receiver:
@@ -73,13 +74,6 @@ def _value(v: Any) -> Any:
     if kind == "array_value":
         return [_value(x) for x in v.array_value.values]
     return getattr(v, kind)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 @pytest.fixture
