@@ -19,7 +19,8 @@ eval run (a session that stops mid-way loses at most one stage):
 Rows: the student before training, after SFT, GRPO and OPOD; the teacher; ``direct`` on each
 pool model. Columns: accuracy (mean ± sd over seeds), valid-action rate (decision attempts
 that parsed), orchestrator tokens and seconds per episode (decision spans only), and compute
-cost per episode (local models are priced by CPU time). Writes ``OUT/learning.md`` and
+units and dollars per episode (compute units: tokens / 1000 x each model's tier, plus the tools'
+units; dollars: local models priced by CPU time). Writes ``OUT/learning.md`` and
 ``OUT/learning.png``.
 
     .venv/bin/python bench/learning.py --quick     # one task, one seed, SFT only: ~15 min here
@@ -51,10 +52,13 @@ SIZES: dict[str, dict[str, Any]] = {
     "quick": {"train": ["arithmetic/3_digit_multiplication"], "unseen": ["arithmetic/5_digit_subtraction"],
               "train_limit": 6, "eval_limit": 3, "seeds": [1], "sft_steps": 30, "methods": ["sft"], "augment": 0.3},
     "default": {"train": ["arithmetic/3_digit_multiplication", "arithmetic/4_digit_addition"],
-                "unseen": ["arithmetic/5_digit_subtraction"], "train_limit": 10, "eval_limit": 3,
-                "seeds": [1, 2, 3], "sft_steps": 60, "methods": ["sft", "grpo", "opod"], "augment": 0.3},
+                "unseen": ["object_counting"], "train_limit": 8, "eval_limit": 3, "seeds": [1, 2, 3],
+                "sft_steps": 60, "methods": ["sft", "grpo", "opod"], "augment": 0.3,
+                "grpo": {"limit": 2, "group": 4, "steps": 2}, "opod": {"rollouts": 4, "steps": 2}},
 }
-OPTIONS: dict[str, Any] = {"max_rounds": 3}
+# max_invalid_rounds 1: a round without a valid action ends the orchestration (the synthesizer then
+# answers alone), so an untrained student costs one round of failed attempts, not three
+OPTIONS: dict[str, Any] = {"max_rounds": 3, "max_invalid_rounds": 1}
 BUDGET = {"wall_s": 300}  # one stuck episode cannot eat the run; it is recorded as budget_exceeded
 
 
@@ -165,15 +169,19 @@ class Bench:
         if sft and "grpo" in methods:
             task = self.size["train"][0]
             rewards = Path(__file__).resolve().parent.parent / "examples" / "rewards.yaml"  # ParaManager's mix
-            if self.cli("grpo", ["train", "grpo", "--dataset", f"bigbench:{task}@train", "--limit", "3",
-                                 "--group", "4", "--steps", "3", "--pool", str(self.student_pool_file()),
-                                 "--adapter", sft, "--out", str(self.out / "grpo-sampled"), "--set", "max_rounds=3",
-                                 "--rewards", str(rewards)]):
+            g = {"limit": 3, "group": 4, "steps": 3, **self.size.get("grpo", {})}
+            if self.cli("grpo", ["train", "grpo", "--dataset", f"bigbench:{task}@train", "--limit", str(g["limit"]),
+                                 "--group", str(g["group"]), "--steps", str(g["steps"]),
+                                 "--pool", str(self.student_pool_file()), "--adapter", sft,
+                                 "--out", str(self.out / "grpo-sampled"), "--set", "max_rounds=3",
+                                 "--set", "max_invalid_rounds=1", "--rewards", str(rewards)]):
                 self.state["adapter:grpo"] = str(self.out / "grpo-sampled")
         if sft and "opod" in methods:
             task = self.size["train"][0]
-            run = await self.eval_run("student-rollouts", f"bigbench:{task}@train", "para", "student:sft", 6, 11)
-            if self.cli("opod", ["train", "opod", "--run", run, "--adapter", sft, "--steps", "4",
+            o = {"rollouts": 6, "steps": 4, **self.size.get("opod", {})}
+            run = await self.eval_run("student-rollouts", f"bigbench:{task}@train", "para", "student:sft",
+                                      o["rollouts"], 11)
+            if self.cli("opod", ["train", "opod", "--run", run, "--adapter", sft, "--steps", str(o["steps"]),
                                  "--pool", str(self.student_pool_file()), "--out", str(self.out / "opod")]):
                 self.state["adapter:opod"] = str(self.out / "opod")
         self.save()
@@ -213,7 +221,8 @@ def run_metrics(store: TraceStore, run_id: str) -> dict[str, float | None]:
     n = max(1, len(ids))
     return {"accuracy": summary.accuracy, "valid": sum(valid) / len(valid) if valid else None,
             "orch_tokens": tokens / n, "orch_s": seconds / n, "wall_s": summary.mean_wall_s,
-            "cost": None if summary.cost_usd is None else summary.cost_usd / n, "n": float(len(ids))}
+            "cost": None if summary.cost_usd is None else summary.cost_usd / n,
+            "units": summary.cost_units / n, "n": float(len(ids))}
 
 
 def _mean_sd(values: list[float]) -> str:
@@ -233,13 +242,16 @@ def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
     lines = [f"teacher runs on the @train side of {teacher_eps} task(s), {bench.size['train_limit']} episodes each; "
              f"SFT {bench.size['sft_steps']} steps, --augment {bench.state.get('export_augment', '?')}; "
              f"seeds {bench.size['seeds']}, {bench.size['eval_limit']} held-out examples per task and seed; "
-             "accuracy is the mean ± sd over seeds of each seed's mean over tasks\n"]
+             "accuracy is the mean ± sd over seeds of each seed's mean over tasks; "
+             f"run time {bench.state.get('wall_s', 0.0) / 60:.0f} min in {bench.state.get('invocations', 0)} "
+             "invocation(s)\n"]
     curves: dict[str, dict[str, list[float]]] = {}
     for group in ("held-out", "unseen task"):
         sets = [d for d, g in bench.datasets() if g == group]
         lines += [f"\n**{group}** ({', '.join(d.split(':', 1)[1] for d in sets)})\n",
                   "| row | accuracy (mean ± sd over seeds) | valid actions | orchestrator tokens/ep "
-                  "| orchestrator s/ep | s/ep | $/ep (compute) | episodes |", "|---|---|---|---|---|---|---|---|"]
+                  "| orchestrator s/ep | s/ep | compute units/ep | $/ep (compute) | episodes |",
+                  "|---|---|---|---|---|---|---|---|---|"]
         for row, _ in bench.rows():
             per_seed, metrics = [], []
             for seed in bench.size["seeds"]:
@@ -251,14 +263,15 @@ def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
                 metrics += ms
             curves.setdefault(group, {})[row] = per_seed
             if not metrics:
-                lines.append(f"| {row} | not run | | | | | | |")
+                lines.append(f"| {row} | not run | | | | | | | |")
                 continue
             direct = row.startswith("direct:")
             lines.append(
                 f"| {row} | {_mean_sd(per_seed)} | {'-' if direct else _mean([m['valid'] for m in metrics], '.3f')} "
                 f"| {'-' if direct else _mean([m['orch_tokens'] for m in metrics], '.0f')} "
                 f"| {'-' if direct else _mean([m['orch_s'] for m in metrics], '.1f')} "
-                f"| {_mean([m['wall_s'] for m in metrics], '.1f')} | {_mean([m['cost'] for m in metrics], '.6f')} "
+                f"| {_mean([m['wall_s'] for m in metrics], '.1f')} | {_mean([m['units'] for m in metrics], '.1f')} "
+                f"| {_mean([m['cost'] for m in metrics], '.6f')} "
                 f"| {int(sum(float(m['n'] or 0) for m in metrics))} |")
     failed = {k: v for k, v in bench.state.items() if k.startswith("failed:")}
     if failed:
@@ -315,8 +328,14 @@ async def main() -> None:
     out = args.out or Path("bench/out") / ("learning-quick" if args.quick else "learning")
     bench = Bench(out, size)
     if not args.table_only:
-        await bench.teach_and_train()
-        await bench.evaluate()
+        started = time.perf_counter()
+        try:
+            await bench.teach_and_train()
+            await bench.evaluate()
+        finally:  # the run's time, summed over resumed invocations, for the table's header
+            bench.state["wall_s"] = bench.state.get("wall_s", 0.0) + time.perf_counter() - started
+            bench.state["invocations"] = bench.state.get("invocations", 0) + 1
+            bench.save()
     text, curves = table(bench)
     (out / "learning.md").write_text(text + "\n")
     plot(curves, out / "learning.png")

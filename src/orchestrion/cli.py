@@ -201,12 +201,14 @@ def tool(
 def pool_cmd(pool: PoolOpt = None) -> None:
     """Print the model pool: names, tiers, prices, limits."""
     the_pool = load_pool(pool)
-    table = Table("name", "backend", "tier", "context", "$/Mtok in", "$/Mtok out", "concurrency", "description",
+    table = Table("name", "backend", "tier", "units/1k tok", "context", "$/Mtok in", "$/Mtok out", "concurrency",
+                  "description",
                   title=f"pool: {the_pool.source}")
     for row in the_pool.describe():
         price_in = "unknown" if row["price_in"] is None else f"{row['price_in']:g}"
         price_out = "unknown" if row["price_out"] is None else f"{row['price_out']:g}"
-        table.add_row(row["name"], row["backend"], str(row["tier"]), str(row["context"]), price_in, price_out,
+        table.add_row(row["name"], row["backend"], str(row["tier"]), f"{row['units_per_1k']:g}", str(row["context"]),
+                      price_in, price_out,
                       str(row["concurrency"]), row["description"])
     out.print(table)
     out.print(

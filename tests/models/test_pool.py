@@ -174,3 +174,21 @@ async def test_structured_prompt_turns_the_llama_cpp_grammar_off(tmp_path: Path)
     forced = await pool.complete("forced", msgs, cfg)  # type: ignore[arg-type]
     free = await pool.complete("free", msgs, cfg)  # type: ignore[arg-type]
     assert forced.structured_mode == "grammar" and free.structured_mode is None
+
+
+async def test_model_calls_spend_compute_units_by_tier_unless_set() -> None:
+    """A call adds (prompt + generated tokens) / 1000 * units to the episode's cost units: the
+    tier by default, ``compute_units`` where pool.yaml sets it, so a cost_units budget and the
+    efficiency reward see which tier did the work."""
+    small, big = ScriptedModel(["ok"], name="small"), ScriptedModel(["ok"], name="big")
+    pool = Pool.from_models([small, big])
+    pool.config.models[1].tier = 3
+    pool.config.models[0].compute_units = 0.25
+    assert [pool.spec(n).units_per_1k_tokens for n in ("small", "big")] == [0.25, 3.0]
+    msgs = [{"role": "user", "content": "word " * 40}]
+    for name, per_1k in (("small", 0.25), ("big", 3.0)):
+        c = await pool.complete(name, msgs, GenerateConfig())
+        tokens = c.usage.input_tokens + c.usage.output_tokens
+        assert tokens > 0 and c.usage.cost_units == pytest.approx(tokens * per_1k / 1000)
+    with pytest.raises(ValueError, match="compute_units"):
+        type(pool.config.models[0]).model_validate({"name": "x", "backend": "scripted", "compute_units": -1})

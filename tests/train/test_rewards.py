@@ -155,7 +155,12 @@ async def test_episode_rewards_from_stored_para_episodes(store: TraceStore) -> N
     assert c["diversity"] == pytest.approx(0.4 + 1 / 3)
     assert c["completeness"] == 0.5  # the crash failed, the lookup was used
     assert c["protocol"] == 1.0 and c["invalid"] == 0.0
-    assert c["efficiency_cost"] == pytest.approx(-(2 - 1.5) / 1.5)  # 2 units against 1.5
+    # C's units: 2 from its tools, plus its model's tokens at 1 unit per 1k (a tier-1 model)
+    ep_c = store.episode(ids["C"])
+    assert ep_c is not None
+    units = 2 + (ep_c["input_tokens"] + ep_c["output_tokens"]) / 1000
+    assert ep_c["cost_units"] == pytest.approx(units) and units > 2
+    assert c["efficiency_cost"] == pytest.approx(-(units - 1.5) / 1.5)
     b = episode_rewards(store, ids["B"])
     assert b["outcome"] == 0.0
     ep = store.episode(ids["A"])

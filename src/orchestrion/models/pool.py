@@ -47,6 +47,12 @@ class ModelSpec(BaseModel):
     tier: int = Field(default=1, ge=1, le=5, description="capacity tier, 1 = smallest")
     context_size: int = Field(default=4096, gt=0)
     price: Price | None = None
+    compute_units: float | None = Field(
+        default=None, ge=0,
+        description="compute units a call spends per 1,000 tokens (prompt + generated); unset = the tier, so a "
+                    "tier-3 model costs 3 units per 1k tokens. They add to the episode's cost_units with the tools' "
+                    "units: what a cost_units budget and the efficiency reward count",
+    )
     max_concurrency: int = Field(default=8, ge=1)
     # openai-api settings
     base_url: str | None = None
@@ -94,6 +100,11 @@ class ModelSpec(BaseModel):
                 "and name it in `model:`"
             )
         return self
+
+    @property
+    def units_per_1k_tokens(self) -> float:
+        """Compute units per 1,000 tokens: ``compute_units`` if set, else the tier."""
+        return float(self.tier) if self.compute_units is None else self.compute_units
 
 
 class RoleTemperatures(BaseModel):
@@ -317,7 +328,10 @@ class Pool:
         """One completion from model ``name``, within that model's concurrency limit."""
         model = self.get(name)
         async with self._limit(name):
-            return await model.complete(messages, config)
+            completion = await model.complete(messages, config)
+        usage = completion.usage
+        usage.cost_units += (usage.input_tokens + usage.output_tokens) * self.spec(name).units_per_1k_tokens / 1000
+        return completion
 
     def describe(self) -> list[dict[str, Any]]:
         """Rows for ``orchestrion pool`` and for orchestrator prompts."""
@@ -326,6 +340,7 @@ class Pool:
                 "name": s.name,
                 "backend": s.backend,
                 "tier": s.tier,
+                "units_per_1k": s.units_per_1k_tokens,
                 "context": s.context_size,
                 "price_in": None if s.price is None else s.price.input_per_mtok,
                 "price_out": None if s.price is None else s.price.output_per_mtok,
