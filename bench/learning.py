@@ -273,10 +273,44 @@ def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
                 f"| {_mean([m['wall_s'] for m in metrics], '.1f')} | {_mean([m['units'] for m in metrics], '.1f')} "
                 f"| {_mean([m['cost'] for m in metrics], '.6f')} "
                 f"| {int(sum(float(m['n'] or 0) for m in metrics))} |")
+    lines += verdicts(bench)
     failed = {k: v for k, v in bench.state.items() if k.startswith("failed:")}
     if failed:
         lines.append("\nStages that failed: " + "; ".join(f"`{k[7:]}`: {v}" for k, v in failed.items()))
     return "\n".join(lines), curves
+
+
+def task_accuracy(bench: Bench, row: str, dataset: str) -> dict[int, float]:
+    """Accuracy of one row on one dataset, per seed that has a run."""
+    out = {}
+    for seed in bench.size["seeds"]:
+        run = bench.state.get(f"eval:{row}:{dataset}:{seed}")
+        if run:
+            out[seed] = float(run_metrics(bench.store, str(run))["accuracy"] or 0.0)
+    return out
+
+
+def verdicts(bench: Bench) -> list[str]:
+    """For GRPO and OPOD on each task: the gain over SFT, paired by seed, and whether it is beyond
+    the spread (mean paired difference greater than its sd over seeds, and greater than 0)."""
+    lines = ["\n**Gain over SFT per task** (mean over seeds of method - SFT on the same examples; "
+             "'beyond the spread' = mean > sd of the paired differences and > 0)\n"]
+    for method in ("grpo", "opod"):
+        if not bench.state.get(f"adapter:{method}"):
+            lines.append(f"- {method.upper()}: not trained")
+            continue
+        for dataset, group in bench.datasets():
+            base = task_accuracy(bench, "student:sft", dataset)
+            after = task_accuracy(bench, f"student:{method}", dataset)
+            diffs = [after[k] - base[k] for k in sorted(set(base) & set(after))]
+            if not diffs:
+                continue
+            mean = statistics.mean(diffs)
+            sd = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
+            verdict = "a gain beyond the spread" if mean > 0 and mean > sd else "no gain beyond the spread"
+            lines.append(f"- {method.upper()} on {dataset.split(':', 1)[1]} ({group}): {mean:+.2f} ± {sd:.2f} over "
+                         f"{len(diffs)} seed(s): {verdict}")
+    return lines
 
 
 def plot(curves: dict[str, dict[str, list[float]]], path: Path) -> None:
