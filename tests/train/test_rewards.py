@@ -210,3 +210,22 @@ def test_plan_usage_worked_examples() -> None:
     assert plan_usage({"mode": "direct", "pairs": [{"status": "ok"}]}, [], "ok") is None
     assert plan_usage({"topology": "parallel", "subtasks": 4, "subtasks_ok": 3}, [], "ok") == (4, 3)
     assert plan_usage({"model": "x"}, [], "ok") is None  # a baseline has no plan
+
+
+async def test_efficiency_prefers_the_cheaper_tier_for_the_same_work(store: TraceStore) -> None:
+    """Two episodes with the same script and the same answer, one on a tier-1 model and one on a
+    tier-3 model: the tier-3 one spends 3x the compute units, so past the target its efficiency
+    reward is lower. That difference is what lets RL move work to the cheaper tier."""
+    rewards = {}
+    for tier in (1, 3):
+        model = ScriptedModel(["The answer is 5. " * 30], name=f"m{tier}")
+        pool = Pool.from_models([model])
+        pool.config.models[0].tier = tier
+        res = await solve(Task(id=f"t{tier}", prompt="What is 2+3? " * 20), strategy="direct", pool=pool, store=store)
+        await store.aflush()
+        ep = store.episode(res.trace_id)
+        assert ep is not None and ep["cost_units"] == pytest.approx(
+            (ep["input_tokens"] + ep["output_tokens"]) * tier / 1000)
+        rewards[tier] = episode_rewards(store, res.trace_id, RewardConfig(cost_units_target=0.1))
+    assert rewards[3]["efficiency_cost"] < rewards[1]["efficiency_cost"] <= 0
+    assert rewards[3]["efficiency_tokens"] == rewards[1]["efficiency_tokens"]
