@@ -14,7 +14,6 @@ A missing API-key variable is a :class:`ConfigError`.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import os
 import random
 import re
@@ -27,8 +26,9 @@ import orjson
 from yarl import URL
 
 from .._errors import ConfigError, ModelError, ModelHTTPError, ModelUnavailableError
+from . import _openai_wire as wire
 from ._cost import Price, cost_of
-from ._types import Completion, GenerateConfig, Message, Usage, msg
+from ._types import Completion, GenerateConfig, Message, Usage
 
 if TYPE_CHECKING:
     from .pool import ModelSpec
@@ -195,18 +195,18 @@ class OpenAIAPIModel:
                     async with resp:
                         return resp, await resp.read()
                 async with resp:
-                    message = _error_message(await resp.read(), resp.reason)
+                    message = wire.error_message(await resp.read(), resp.reason)
                 if resp.status != 429 and resp.status < 500:
                     key = f"${self.api_key_env}" if self.api_key_env else "the variable named by api_key_env (none set)"
                     hint = _HINTS.get(resp.status, "").format(key=key, model=self.server_model)
                     text = f"model '{self.name}' at {self.url} rejected the request (HTTP {resp.status}): {message}"
                     raise ModelHTTPError(text + hint, resp.status, message, retryable=False)
                 kind, problem, status = "failing", f"HTTP {resp.status}: {message}", resp.status
-                wait = _retry_after(resp.headers, self.max_retry_after_s)
+                wait = wire.retry_after(resp.headers, self.max_retry_after_s)
                 delay = delay if wait is None else wait
             except (aiohttp.ClientError, TimeoutError) as exc:
                 kind = "timeout" if isinstance(exc, TimeoutError) else "unreachable"
-                problem = _one_line(str(exc) or type(exc).__name__)
+                problem = wire.one_line(str(exc) or type(exc).__name__)
                 if kind == "timeout":  # a hanging server hangs again: one wait of timeout_s, not one per retry
                     attempts = attempt + 1
                     break
@@ -253,7 +253,7 @@ class OpenAIAPIModel:
             spec = {"name": name, "schema": schema, "strict": False}
             body["response_format"] = {"type": "json_schema", "json_schema": spec}
         elif schema is not None and mode is not None:
-            body["messages"] = _with_schema_prompt(msgs, schema)
+            body["messages"] = wire.with_schema_prompt(msgs, schema)
             if mode == "json_object":
                 body["response_format"] = {"type": "json_object"}
             elif mode == "json_object_schema":  # llama-cpp-python's server: the schema becomes a grammar
@@ -274,8 +274,8 @@ class OpenAIAPIModel:
         prompt_ids = obj.get("prompt_token_ids") or choice.get("prompt_token_ids")
         return Completion(
             text, self.name, self._usage(obj.get("usage")), time.perf_counter() - start, finish,
-            prompt_token_ids=_ints(prompt_ids), token_ids=_ints(choice.get("token_ids")),
-            logprobs=_logprobs(choice.get("logprobs")) if config.logprobs else None,
+            prompt_token_ids=wire.ints(prompt_ids), token_ids=wire.ints(choice.get("token_ids")),
+            logprobs=wire.logprobs(choice.get("logprobs")) if config.logprobs else None,
             structured_mode=mode, extra={"server_model": obj.get("model")},
         )
 
@@ -287,7 +287,7 @@ class OpenAIAPIModel:
         return Usage(input_tokens=n_in, output_tokens=n_out, cost_usd=cost_of(self.price, n_in, n_out), calls=1)
 
     def _invalid(self, raw: bytes) -> ModelError:
-        detail = _error_message(raw, "empty body")
+        detail = wire.error_message(raw, "empty body")
         return ModelError(f"model '{self.name}' at {self.url} returned an invalid response: {detail}")
 
     async def _stream(
@@ -302,7 +302,7 @@ class OpenAIAPIModel:
         finish, ttft = "stop", None  # usage arrives in the last chunk (stream_options.include_usage)
         try:
             async with resp:
-                async for data in _sse_data(resp):
+                async for data in wire.sse_data(resp):
                     try:
                         event = orjson.loads(data)
                         if event.get("error"):
@@ -310,8 +310,8 @@ class OpenAIAPIModel:
                         usage = event.get("usage") or usage
                         choice = (event.get("choices") or [{}])[0]
                         finish = choice.get("finish_reason") or finish
-                        logprobs.extend(_logprobs(choice.get("logprobs")) or ())
-                        token_ids.extend(_ints(choice.get("token_ids")) or ())
+                        logprobs.extend(wire.logprobs(choice.get("logprobs")) or ())
+                        token_ids.extend(wire.ints(choice.get("token_ids")) or ())
                         piece = (choice.get("delta") or {}).get("content")
                     except (ValueError, AttributeError, TypeError, KeyError, IndexError):  # incl. JSONDecodeError
                         raise self._invalid(data) from None
@@ -322,7 +322,8 @@ class OpenAIAPIModel:
                         yield piece
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ModelUnavailableError(
-                f"model '{self.name}' at {self.url} broke off the stream: {_one_line(str(exc) or type(exc).__name__)}"
+                f"model '{self.name}' at {self.url} broke off the stream: "
+                f"{wire.one_line(str(exc) or type(exc).__name__)}"
             ) from None
         handle.completion = Completion(
             "".join(pieces), self.name, self._usage(usage), time.perf_counter() - start, finish,
@@ -367,86 +368,3 @@ def from_spec(spec: ModelSpec) -> OpenAIAPIModel:
         timeout_s=spec.timeout_s, max_retries=spec.max_retries, structured=spec.structured, price=spec.price,
         extra_body=spec.extra_body,
     )
-
-
-# -- helpers ---------------------------------------------------------------------------
-async def _sse_data(resp: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
-    """The payloads of ``data:`` lines, up to ``[DONE]`` or the end of the body."""
-    buf = b""
-    async for chunk in resp.content.iter_any():
-        buf += chunk
-        *lines, buf = buf.split(b"\n")
-        for line in lines:
-            if line.startswith(b"data:"):
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    return
-                if data:
-                    yield data
-    data = buf[5:].strip() if buf.startswith(b"data:") else b""
-    if data and data != b"[DONE]":
-        yield data
-
-
-def _with_schema_prompt(messages: list[Message], schema: dict[str, Any]) -> list[Message]:
-    note = (
-        "Reply with a single JSON value and nothing else (no prose, no code fences)."
-        " It must match this JSON Schema:\n" + orjson.dumps(schema).decode()
-    )
-    out = list(messages)
-    if out and out[0]["role"] == "system":
-        out[0] = msg("system", out[0]["content"] + "\n\n" + note)
-    else:
-        out.insert(0, msg("system", note))
-    return out
-
-
-def _error_message(raw: bytes, default: str | None) -> str:
-    """The server's error text from an OpenAI, vLLM or FastAPI style error body."""
-    text = raw.decode("utf-8", "replace")
-    try:
-        obj = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        obj = None
-    if isinstance(obj, dict):
-        err = obj.get("error")
-        found = err.get("message") if isinstance(err, dict) else err
-        found = found or obj.get("message") or obj.get("detail")
-        if found:
-            text = found if isinstance(found, str) else orjson.dumps(found).decode()
-    return _one_line(text) or (default or "no error message")
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(text.split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _retry_after(headers: Mapping[str, str], cap: float) -> float | None:
-    """Seconds asked for by ``retry-after-ms`` / ``Retry-After`` (seconds or HTTP date), capped."""
-    seconds: float | None = None
-    try:
-        if ms := headers.get("retry-after-ms"):
-            seconds = float(ms) / 1000
-        elif value := headers.get("Retry-After"):
-            try:
-                seconds = float(value)
-            except ValueError:
-                seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
-    except (TypeError, ValueError):
-        return None
-    return None if seconds is None else min(max(seconds, 0.0), cap)
-
-
-def _ints(value: Any) -> list[int] | None:
-    if isinstance(value, list) and all(isinstance(v, int) for v in value):
-        return value
-    return None
-
-
-def _logprobs(value: Any) -> list[float] | None:
-    """``logprobs.content[*].logprob`` of one choice (or chunk), if present."""
-    content = value.get("content") if isinstance(value, dict) else None
-    if not isinstance(content, list):
-        return None
-    return [float(t["logprob"]) for t in content if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float))]

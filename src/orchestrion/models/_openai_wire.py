@@ -1,0 +1,96 @@
+"""Wire helpers of the ``openai-api`` backend: SSE framing, error bodies, ``Retry-After``,
+token ids and log-probs out of a response, and the schema note for prompt-mode JSON."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+import aiohttp
+import orjson
+
+from ._types import Message, msg
+
+
+async def sse_data(resp: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
+    """The payloads of ``data:`` lines, up to ``[DONE]`` or the end of the body."""
+    buf = b""
+    async for chunk in resp.content.iter_any():
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    return
+                if data:
+                    yield data
+    data = buf[5:].strip() if buf.startswith(b"data:") else b""
+    if data and data != b"[DONE]":
+        yield data
+
+
+def with_schema_prompt(messages: list[Message], schema: dict[str, Any]) -> list[Message]:
+    note = (
+        "Reply with a single JSON value and nothing else (no prose, no code fences)."
+        " It must match this JSON Schema:\n" + orjson.dumps(schema).decode()
+    )
+    out = list(messages)
+    if out and out[0]["role"] == "system":
+        out[0] = msg("system", out[0]["content"] + "\n\n" + note)
+    else:
+        out.insert(0, msg("system", note))
+    return out
+
+
+def error_message(raw: bytes, default: str | None) -> str:
+    """The server's error text from an OpenAI, vLLM or FastAPI style error body."""
+    text = raw.decode("utf-8", "replace")
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        obj = None
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        found = err.get("message") if isinstance(err, dict) else err
+        found = found or obj.get("message") or obj.get("detail")
+        if found:
+            text = found if isinstance(found, str) else orjson.dumps(found).decode()
+    return one_line(text) or (default or "no error message")
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def retry_after(headers: Mapping[str, str], cap: float) -> float | None:
+    """Seconds asked for by ``retry-after-ms`` / ``Retry-After`` (seconds or HTTP date), capped."""
+    seconds: float | None = None
+    try:
+        if ms := headers.get("retry-after-ms"):
+            seconds = float(ms) / 1000
+        elif value := headers.get("Retry-After"):
+            try:
+                seconds = float(value)
+            except ValueError:
+                seconds = email.utils.parsedate_to_datetime(value).timestamp() - time.time()
+    except (TypeError, ValueError):
+        return None
+    return None if seconds is None else min(max(seconds, 0.0), cap)
+
+
+def ints(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return value
+    return None
+
+
+def logprobs(value: Any) -> list[float] | None:
+    """``logprobs.content[*].logprob`` of one choice (or chunk), if present."""
+    content = value.get("content") if isinstance(value, dict) else None
+    if not isinstance(content, list):
+        return None
+    return [float(t["logprob"]) for t in content if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float))]
