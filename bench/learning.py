@@ -26,6 +26,7 @@ units; dollars: local models priced by CPU time). Writes ``OUT/learning.md`` and
     .venv/bin/python bench/learning.py --quick     # one task, one seed, SFT only: ~15 min here
     .venv/bin/python bench/learning.py             # the default size (see SIZES)
     .venv/bin/python bench/learning.py --seeds 1,2,3,4,5 --eval-limit 8 --out bench/out/learning-big
+    .venv/bin/python bench/learning.py --train-tasks word_sorting --unseen-tasks object_counting --out ...
 """
 
 from __future__ import annotations
@@ -349,6 +350,9 @@ async def main() -> None:
     ap.add_argument("--eval-limit", type=int, help="held-out examples per task and seed")
     ap.add_argument("--train-limit", type=int, help="teacher episodes per training task")
     ap.add_argument("--methods", help="comma-separated subset of sft,grpo,opod")
+    ap.add_argument("--train-tasks", help="comma-separated BIG-bench tasks the teacher runs on (their @train side)")
+    ap.add_argument("--unseen-tasks", help="comma-separated BIG-bench tasks never trained on")
+    ap.add_argument("--sft-steps", type=int, help="LoRA steps of SFT")
     ap.add_argument("--table-only", action="store_true", help="print the table from what is recorded")
     args = ap.parse_args()
     size = dict(SIZES["quick" if args.quick else "default"])
@@ -359,8 +363,23 @@ async def main() -> None:
             size[key] = getattr(args, key)
     if args.methods:
         size["methods"] = args.methods.split(",")
+    if args.train_tasks:
+        size["train"] = args.train_tasks.split(",")
+    if args.unseen_tasks:
+        size["unseen"] = args.unseen_tasks.split(",")
+    if args.sft_steps:
+        size["sft_steps"] = args.sft_steps
     out = args.out or Path("bench/out") / ("learning-quick" if args.quick else "learning")
     bench = Bench(out, size)
+    recorded = bench.state.setdefault("size", size)
+    if recorded != size:  # a resumed run keeps its size; the state's keys mean nothing under another one
+        if args.table_only or not any(getattr(args, k) for k in ("seeds", "eval_limit", "train_limit", "methods",
+                                                                 "train_tasks", "unseen_tasks", "sft_steps")):
+            bench.size = recorded
+        else:
+            sys.exit(f"error: {out} holds a run of another size ({out / 'state.json'}, key 'size'); "
+                     "rerun without size flags to resume it, or pass --out NEW_FOLDER")
+    bench.save()
     if not args.table_only:
         started = time.perf_counter()
         try:
