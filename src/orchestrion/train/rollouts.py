@@ -98,10 +98,9 @@ async def collect_group(
     budget: Budget | None = None,
 ) -> Group:
     """Run ``settings.group`` episodes of ``task`` (seeds ``settings.seed`` onwards), score them, normalise."""
-    options = check_sampling(settings.options)
-    run = _Runner(settings.strategy, pool, store, reward_fn, options, run_id, tools, budget,
-                  asyncio.Semaphore(settings.concurrency))
-    return await run.group(task, settings.group, settings.seed)
+    groups = await collect_groups([task], settings, pool=pool, store=store, reward_fn=reward_fn, run_id=run_id,
+                                  tools=tools, budget=budget)
+    return groups[0]
 
 
 async def collect_groups(
