@@ -51,7 +51,7 @@ from orchestrion.models.presets import LOCAL_MODELS, preset_config
 STUDENT, TEACHER = "smollm2-135m", "qwen2.5-coder-1.5b"
 SIZES: dict[str, dict[str, Any]] = {
     "quick": {"train": ["arithmetic/3_digit_multiplication"], "unseen": ["arithmetic/5_digit_subtraction"],
-              "train_limit": 6, "eval_limit": 3, "seeds": [1], "sft_steps": 30, "methods": ["sft"], "augment": 0.3},
+              "train_limit": 5, "eval_limit": 2, "seeds": [1], "sft_steps": 24, "methods": ["sft"], "augment": 0.3},
     "default": {"train": ["arithmetic/3_digit_multiplication", "arithmetic/4_digit_addition"],
                 "unseen": ["object_counting"], "train_limit": 8, "eval_limit": 3, "seeds": [1, 2, 3],
                 "sft_steps": 60, "methods": ["sft", "grpo", "opod"], "augment": 0.3,
@@ -131,11 +131,13 @@ class Bench:
             return True
         self.log(f"{key}: orchestrion {' '.join(args)}")
         exe = Path(sys.executable).with_name("orchestrion")
-        proc = subprocess.run([str(exe), *args], capture_output=True, text=True,
-                              env={**os.environ, "ORCHESTRION_DB": str(self.db)})
-        (self.out / (key.replace(':', '_').replace('/', '_') + '.log')).write_text(proc.stdout + proc.stderr)
+        log = self.out / (key.replace(':', '_').replace('/', '_') + '.log')
+        self.log(f"{key}: its output goes to {log} as it runs")
+        with log.open("w") as sink:  # written as it runs, so a long stage can be followed with tail -f
+            proc = subprocess.run([str(exe), *args], stdout=sink, stderr=subprocess.STDOUT, text=True,
+                                  env={**os.environ, "ORCHESTRION_DB": str(self.db)})
         if proc.returncode != 0:
-            reason = (proc.stderr.strip().splitlines() or ["exit " + str(proc.returncode)])[-1]
+            reason = (log.read_text().strip().splitlines() or ["exit " + str(proc.returncode)])[-1]
             self.state[f"failed:{key}"] = reason
             self.save()
             self.log(f"{key}: failed: {reason}")
