@@ -212,7 +212,11 @@ class Bench:
 # -- the table -----------------------------------------------------------------------------
 def run_metrics(store: TraceStore, run_id: str) -> dict[str, float | None]:
     """Accuracy, valid-action rate, orchestrator tokens and seconds per episode, cost per episode."""
-    summary = summarize(store, run_id)[0]
+    summaries = summarize(store, run_id)
+    if not summaries:  # started, nothing finished yet
+        return {"accuracy": None, "valid": None, "orch_tokens": None, "orch_s": None, "wall_s": None,
+                "cost": None, "units": None, "n": 0.0}
+    summary = summaries[0]
     episodes = [e for e in store.episodes(run_id=run_id) if e["finished"]]
     ids = [e["id"] for e in episodes]
     valid = store.decision_validity(ids)
@@ -262,6 +266,8 @@ def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
                 if not all(runs):
                     continue
                 ms = [run_metrics(bench.store, str(r)) for r in runs]
+                if not all(m["n"] for m in ms):  # a run still under way: the seed is not counted yet
+                    continue
                 per_seed.append(statistics.mean(float(m["accuracy"] or 0.0) for m in ms))
                 metrics += ms
             curves.setdefault(group, {})[row] = per_seed
@@ -288,8 +294,9 @@ def task_accuracy(bench: Bench, row: str, dataset: str) -> dict[int, float]:
     out = {}
     for seed in bench.size["seeds"]:
         run = bench.state.get(f"eval:{row}:{dataset}:{seed}")
-        if run:
-            out[seed] = float(run_metrics(bench.store, str(run))["accuracy"] or 0.0)
+        metrics = run_metrics(bench.store, str(run)) if run else None
+        if metrics and metrics["n"]:
+            out[seed] = float(metrics["accuracy"] or 0.0)
     return out
 
 
@@ -310,7 +317,10 @@ def verdicts(bench: Bench) -> list[str]:
                 continue
             mean = statistics.mean(diffs)
             sd = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
-            verdict = "a gain beyond the spread" if mean > 0 and mean > sd else "no gain beyond the spread"
+            if len(diffs) < 2:
+                verdict = "one seed, no spread to judge it by"
+            else:
+                verdict = "a gain beyond the spread" if mean > 0 and mean > sd else "no gain beyond the spread"
             lines.append(f"- {method.upper()} on {dataset.split(':', 1)[1]} ({group}): {mean:+.2f} ± {sd:.2f} over "
                          f"{len(diffs)} seed(s): {verdict}")
     return lines
