@@ -71,6 +71,14 @@ class Bench:
         self.state: dict[str, Any] = json.loads(self.state_path.read_text()) if self.state_path.is_file() else {}
         self.db = out / "traces.db"
         self.store = TraceStore(self.db)
+        self._metrics: dict[str, dict[str, float | None]] = {}
+
+    def metrics(self, run_id: str) -> dict[str, float | None]:
+        """:func:`run_metrics` of a run, read once: the table and the verdicts both use it."""
+        cached = self._metrics.get(run_id)
+        if cached is None or not cached["n"]:  # a run still under way is read again
+            cached = self._metrics[run_id] = run_metrics(self.store, run_id)
+        return cached
 
     def save(self) -> None:
         self.state_path.write_text(json.dumps(self.state, indent=1))
@@ -267,7 +275,7 @@ def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
                 runs = [bench.state.get(f"eval:{row}:{d}:{seed}") for d in sets]
                 if not all(runs):
                     continue
-                ms = [run_metrics(bench.store, str(r)) for r in runs]
+                ms = [bench.metrics(str(r)) for r in runs]
                 if not all(m["n"] for m in ms):  # a run still under way: the seed is not counted yet
                     continue
                 per_seed.append(statistics.mean(float(m["accuracy"] or 0.0) for m in ms))
@@ -296,7 +304,7 @@ def task_accuracy(bench: Bench, row: str, dataset: str) -> dict[int, float]:
     out = {}
     for seed in bench.size["seeds"]:
         run = bench.state.get(f"eval:{row}:{dataset}:{seed}")
-        metrics = run_metrics(bench.store, str(run)) if run else None
+        metrics = bench.metrics(str(run)) if run else None
         if metrics and metrics["n"]:
             out[seed] = float(metrics["accuracy"] or 0.0)
     return out
