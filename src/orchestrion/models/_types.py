@@ -14,6 +14,11 @@ class Message(TypedDict):
     content: str
 
 
+StructuredMode = Literal["auto", "json_schema", "json_object", "json_object_schema", "prompt", "none"]
+# modes in which no grammar or response_format constrains the output: prompt states the schema, none does not
+UNCONSTRAINED_MODES: frozenset[str] = frozenset({"prompt", "none"})
+
+
 def msg(role: Literal["system", "user", "assistant", "tool"], content: str) -> Message:
     """Build a :class:`Message`."""
     return {"role": role, "content": content}

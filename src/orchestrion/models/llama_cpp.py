@@ -37,7 +37,7 @@ from .._errors import ConfigError, ModelError, ModelNotFoundError
 from ._cost import Price, cost_of
 from ._kv_cache import PrefixStateCache, common_prefix, load_state, reusable, save_state
 from ._threads import BUDGET, env_threads
-from ._types import Completion, GenerateConfig, Message, Usage
+from ._types import UNCONSTRAINED_MODES, Completion, GenerateConfig, Message, Usage
 from .pool import ModelSpec
 
 # default_threads() is $ORCHESTRION_THREADS, else DEFAULT_THREADS: the fixed count for thread
@@ -395,5 +395,5 @@ def from_spec(spec: ModelSpec) -> LlamaCppModel:
         price=spec.price,
         lora_path=spec.lora_path,
         state_cache=spec.state_cache,
-        grammar=spec.structured not in ("prompt", "none"),
+        grammar=spec.structured not in UNCONSTRAINED_MODES,
     )

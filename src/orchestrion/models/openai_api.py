@@ -19,7 +19,7 @@ import random
 import re
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -28,12 +28,11 @@ from yarl import URL
 from .._errors import ConfigError, ModelError, ModelHTTPError, ModelUnavailableError
 from . import _openai_wire as wire
 from ._cost import Price, cost_of
-from ._types import Completion, GenerateConfig, Message, Usage
+from ._types import UNCONSTRAINED_MODES, Completion, GenerateConfig, Message, StructuredMode, Usage
 
 if TYPE_CHECKING:
     from .pool import ModelSpec
 
-StructuredMode = Literal["auto", "json_schema", "json_object", "json_object_schema", "prompt", "none"]
 _AUTO_ORDER: tuple[str, ...] = ("json_schema", "json_object", "prompt")
 _FALLBACK_HINTS = ("response_format", "json_schema", "json_object", "structured", "guided", "grammar")
 _JSON_HEADERS = {"Content-Type": "application/json"}
@@ -85,7 +84,7 @@ class OpenAIAPIModel:
         self.max_backoff_s = max_backoff_s
         self.max_retry_after_s = max_retry_after_s
         self.extra_body = dict(extra_body or {})
-        self.constrains_json = structured not in ("prompt", "none")
+        self.constrains_json = structured not in UNCONSTRAINED_MODES
         self._auto_mode = _AUTO_ORDER[0]
         self._auto_confirmed = False
         self._timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(CONNECT_TIMEOUT_S, timeout_s))

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .._errors import ConfigError, ModelNotFoundError
 from .._text import load_yaml
 from ._cost import Price
-from ._types import Completion, GenerateConfig, Message
+from ._types import Completion, GenerateConfig, Message, StructuredMode
 from .presets import PRESETS, missing, preset_config
 from .protocol import Model
 
@@ -60,7 +60,7 @@ class ModelSpec(BaseModel):
     api_key_env: str | None = None
     timeout_s: float = Field(default=45.0, gt=0, description="per request; a timeout is not retried")
     max_retries: int = Field(default=3, ge=0)
-    structured: Literal["auto", "json_schema", "json_object", "json_object_schema", "prompt", "none"] = Field(
+    structured: StructuredMode = Field(
         default="auto",
         description="how JSON actions are enforced: auto tries json_schema, then json_object, then the prompt; "
                     "json_object_schema is JSON mode with the schema (llama-cpp-python's server); prompt states "
