@@ -14,7 +14,7 @@ import types
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
 from .._errors import ConfigError
@@ -22,13 +22,19 @@ from .._errors import ConfigError
 OptionsT = TypeVar("OptionsT", bound="StrategyOptions")
 
 
-class StrategyOptions(BaseModel):
-    """Options every strategy accepts, because the runtime reads them."""
+INT_RANGE = 2**63  # options are stored as JSON: a whole number must fit a signed 64-bit integer
 
-    model_config = ConfigDict(extra="forbid")
+
+class StrategyOptions(BaseModel):
+    """Options every strategy accepts, because the runtime reads them.
+
+    NaN and infinity are refused for every float option, and whole numbers must fit 64 bits.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     max_parallel: int | None = Field(
-        default=None,
+        default=None, ge=1,
         description="at most this many calls or plan nodes at once; 1 = the serial variant (default: unbounded)")
     seed: int | None = Field(
         default=None, description="base sampling seed: each decision call and sample gets its own seed derived from it")
@@ -37,13 +43,21 @@ class StrategyOptions(BaseModel):
         description="raw outputs that replace the episode's first decision calls (tree/counterfactual rollouts)")
     synthesizer: str | None = Field(
         default=None, description="pool model that writes the final answer (default: the pool's synthesizer)")
-    max_tokens: int = Field(default=256, description="output-token limit of answer and synthesis calls")
+    max_tokens: int = Field(default=256, ge=1, description="output-token limit of answer and synthesis calls")
     decision_temperature: float | None = Field(
-        default=None, description="temperature of orchestrator decisions (default: the pool's temperature block)")
+        default=None, ge=0, description="temperature of orchestrator decisions (default: the pool's temperature block)")
     synthesis_temperature: float | None = Field(
-        default=None, description="temperature of answer synthesis (default: the pool's temperature block)")
+        default=None, ge=0, description="temperature of answer synthesis (default: the pool's temperature block)")
     agent_temperature: float | None = Field(
-        default=None, description="temperature of agent tools and sub-agents (default: the pool's temperature block)")
+        default=None, ge=0,
+        description="temperature of agent tools and sub-agents (default: the pool's temperature block)")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _fits_64_bits(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and not -INT_RANGE <= value < INT_RANGE:
+            raise ValueError("the number is too large")
+        return value
 
 
 class LooseOptions(StrategyOptions):

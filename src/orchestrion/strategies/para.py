@@ -30,8 +30,8 @@ class Para(Strategy):
     paper = "ParaManager (paramanager.txt)"
 
     class Options(StrategyOptions):
-        max_rounds: int = Field(default=12, description="most orchestrator rounds before synthesis (paper: 12)")
-        max_calls: int = Field(default=4, description="most parallel calls per round (paper: 4)")
+        max_rounds: int = Field(default=12, ge=1, description="most orchestrator rounds before synthesis (paper: 12)")
+        max_calls: int = Field(default=4, ge=1, description="most parallel calls per round (paper: 4)")
         max_invalid_rounds: int = Field(
             default=3, ge=0, description="rounds in a row without a valid action before para stops deciding and "
                                          "answers from the results it has (0 = never stop early)")
