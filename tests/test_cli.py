@@ -283,3 +283,177 @@ def test_every_help_shows_boolean_flags_as_switches() -> None:
     assert seen > 20  # every command and sub-command was rendered
     flags = runner.invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
     assert re.search(r"--json\s+print one JSON object", flags), flags
+
+
+# -- hostile input (issue 22): every probe is one line and a non-zero exit, and nothing is recorded ---------
+def _dead_pool(tmp_path: Path) -> Path:
+    """A pool whose server is never reached: these runs must fail before any model call."""
+    pool = tmp_path / "dead.yaml"
+    pool.write_text("models:\n  - {name: dead, base_url: 'http://127.0.0.1:9/v1', timeout_s: 1, max_retries: 0}\n")
+    return pool
+
+
+def _no_episode(db: Path) -> None:
+    import sqlite3
+
+    if db.exists():
+        assert sqlite3.connect(db).execute("SELECT COUNT(*) FROM episodes").fetchone() == (0,)
+
+
+@pytest.mark.parametrize(("task", "needle"), [
+    ("", "TASK is empty"),
+    ("   \n\t", "TASK is empty"),
+    (b"bad \xff", "TASK: character 5 is not valid UTF-8 text"),
+])
+def test_blank_or_undecodable_task_is_one_line(tmp_path: Path, task: str | bytes, needle: str) -> None:
+    import os
+
+    db = tmp_path / "t.db"
+    res = subprocess.run([sys.executable.encode(), b"-m", b"orchestrion", b"run",
+                          task if isinstance(task, bytes) else task.encode(), b"--pool",
+                          str(_dead_pool(tmp_path)).encode()],
+                         capture_output=True, text=True, timeout=60, env={**os.environ, "ORCHESTRION_DB": str(db)})
+    assert needle in _one_line_error(res)
+    _no_episode(db)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--max-parallel", "99999999999999999999999999"], "option 'max_parallel' = 99999999999999999999999999"),
+    (["--set", "max_parallel=99999999999999999999999999"], "option 'max_parallel'"),
+    (["--set", "max_rounds=-5"], "option 'max_rounds' = -5: expected int (input should be greater than or equal to 1)"),
+    (["--set", "max_rounds=0"], "option 'max_rounds' = 0"),
+    (["--set", "max_calls=-1"], "option 'max_calls' = -1"),
+    (["--set", "decision_temperature=NaN"], "option 'decision_temperature' = 'NaN'"),
+    (["--set", "synthesis_temperature=Infinity"], "(input should be a finite number)"),
+    (["--set", "agent_temperature=-1"], "option 'agent_temperature' = -1"),
+    (["--set", "max_tokens=0"], "option 'max_tokens' = 0"),
+])
+def test_out_of_range_options_are_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    db = tmp_path / "t.db"
+    res = cli("run", "What is 2+2?", "--strategy", "para", "--pool", str(_dead_pool(tmp_path)), *args, env_db=db)
+    line = _one_line_error(res)
+    assert needle in line and "strategy 'para'" in line
+    _no_episode(db)
+
+
+@pytest.mark.parametrize("where", ["/dev/zero", "{tmp}", "{tmp}/fifo", "{tmp}/big.yaml", "env:/dev/zero"])
+def test_pool_that_is_not_a_pool_file_is_one_line_and_quick(tmp_path: Path, where: str) -> None:
+    import os
+    import time
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "big.yaml").write_bytes(b"#" * (2 * 1024 * 1024))
+    path = where.removeprefix("env:").replace("{tmp}", str(tmp_path))
+    started = time.monotonic()
+    if where.startswith("env:"):
+        res = subprocess.run([sys.executable, "-m", "orchestrion", "pool"], capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "ORCHESTRION_POOL": path})
+    else:
+        res = cli("pool", "--pool", path, env_db=tmp_path / "t.db", timeout=60)
+    line = _one_line_error(res)
+    assert path in line and ("not a regular file" in line or "directory" in line or "too large" in line), line
+    assert time.monotonic() - started < 30  # /dev/zero and a FIFO are never read
+
+
+def test_trace_export_to_a_directory_or_missing_folder_is_one_line(tmp_path: Path) -> None:
+    from orchestrion import TraceStore
+
+    db = tmp_path / "t.db"
+    TraceStore(db).close()
+    line = _one_line_error(cli("trace", "export", "--out", str(tmp_path), "--db", str(db), env_db=db))
+    assert f"--out {tmp_path}: is a directory" in line
+    line = _one_line_error(cli("trace", "export", "--out", str(tmp_path / "no" / "x.jsonl"), "--db", str(db),
+                               env_db=db))
+    assert "does not exist; create it first" in line
+
+
+def test_trace_export_of_a_damaged_database_leaves_no_partial_file(tmp_path: Path) -> None:
+    db = _damaged_db(tmp_path)
+    out = tmp_path / "x.jsonl"
+    out.write_text("the previous export\n")
+    _one_line_error(cli("trace", "export", "--out", str(out), "--db", str(db), env_db=db))
+    assert out.read_text() == "the previous export\n"  # kept whole: the new one never replaced it
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".x.jsonl")] == []  # no temp file left
+
+
+def test_trace_export_is_whole_and_owner_only(tmp_path: Path) -> None:
+    import stat
+
+    from orchestrion import TraceStore
+
+    db = tmp_path / "t.db"
+    store = TraceStore(db)
+    store.start_episode("e1", run_id=None, task_id="t", epoch=0, strategy="direct", task={"prompt": "x"},
+                        started=1.0, meta={})
+    store.close()
+    out = tmp_path / "x.jsonl"
+    res = cli("trace", "export", "--out", str(out), "--db", str(db), env_db=db)
+    assert res.returncode == 0, res.stderr
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == ["e1"]
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("content", [b"", b"SQLite format 3\x00"])
+def test_reading_commands_leave_an_empty_or_foreign_file_alone(tmp_path: Path, content: bytes) -> None:
+    import sqlite3
+
+    db = tmp_path / "empty.db"
+    if content:
+        sqlite3.connect(db).execute("CREATE TABLE other (x)").connection.commit()
+    else:
+        db.write_bytes(content)
+    before = db.read_bytes()
+    for command in (["trace", "list"], ["trace", "export", "--out", str(tmp_path / "x.jsonl")]):
+        line = _one_line_error(cli(*command, "--db", str(db), env_db=tmp_path / "default.db"))
+        assert f"trace store {db}:" in line and "not a trace database" in line
+    assert db.read_bytes() == before  # no schema written into it
+
+
+def test_tool_exit_code_follows_its_status(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    line = _one_line_error(cli("tool", "python", "[1,2]", env_db=db))
+    assert "ARGS: expected a JSON object of named arguments, got a JSON array" in line
+    bad = cli("tool", "calculator", '{"expr": 1}', env_db=db)
+    assert json.loads(bad.stdout)["status"] == "invalid_args"  # the envelope is still printed
+    assert _one_line_error(bad).startswith("error: tool calculator: invalid_args")
+    failed = cli("tool", "python", '{"code": "1/0"}', env_db=db)
+    assert failed.returncode == 1 and json.loads(failed.stdout)["status"] == "exec_error"  # (the code's traceback)
+    assert failed.stderr == "error: tool python: exec_error: ZeroDivisionError: division by zero\n"
+    slow = cli("tool", "python", '{"code": "while True: pass", "timeout_s": 0.5}', env_db=db)
+    assert json.loads(slow.stdout)["status"] == "timeout"
+    assert _one_line_error(slow, code=1).startswith("error: tool python: timeout")
+
+
+def test_view_on_another_address_needs_a_key(tmp_path: Path) -> None:
+    import os
+
+    from orchestrion import TraceStore
+
+    db = tmp_path / "t.db"
+    TraceStore(db).close()
+    line = _one_line_error(cli("view", "--host", "0.0.0.0", "--port", "0", "--db", str(db), env_db=db))
+    assert "--host 0.0.0.0 is reachable from other machines and no --api-key-env is set" in line
+    env = {k: v for k, v in os.environ.items() if k != "ORCH_TEST_NO_KEY"}
+    res = subprocess.run([sys.executable, "-m", "orchestrion", "view", "--host", "0.0.0.0", "--port", "0",
+                          "--api-key-env", "ORCH_TEST_NO_KEY", "--db", str(db)], capture_output=True, text=True,
+                         timeout=60, env=env)
+    assert "ORCH_TEST_NO_KEY is not set" in _one_line_error(res)
+
+
+def test_view_export_is_owner_only(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    from orchestrion import TraceStore
+
+    db = tmp_path / "t.db"
+    TraceStore(db).close()
+    site = tmp_path / "site"
+    for _ in range(2):  # the second export replaces the first whole
+        res = cli("view", "--export", str(site), "--db", str(db), env_db=db)
+        assert res.returncode == 0, res.stderr
+    modes = {stat.S_IMODE(os.stat(os.path.join(root, name)).st_mode) for root, dirs, files in os.walk(site)
+             for name in [*dirs, *files]}
+    assert stat.S_IMODE(site.stat().st_mode) == 0o700 and modes == {0o600, 0o700}
+    assert (site / "index.html").is_file() and (site / "vendor").is_dir()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")] == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -11,19 +12,47 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import orjson
 import typer
+from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from ._errors import OrchestrionError
+from ._errors import ConfigError, OrchestrionError
 
 # Piped output is not cut at 80 columns: tables and ids stay whole for scripts and logs.
 out = Console(width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, soft_wrap=True)
 F = TypeVar("F", bound=Callable[..., Any])
+POOL_MAX_BYTES = 1024 * 1024  # a pool.yaml is a few KB; a larger file is not one (and is never read whole)
+
+
+def checked_pool(value: Path | None) -> Path | None:
+    """The ``--pool`` callback: a directory, a device, a FIFO or a huge file given as the pool (or as
+    ``$ORCHESTRION_POOL``) is a one-line error before anything reads it (``/dev/zero`` never ends)."""
+    raw = str(value) if value is not None else os.environ.get("ORCHESTRION_POOL")
+    if not raw:
+        return value
+    where = f"--pool {raw}" if value is not None else f"ORCHESTRION_POOL={raw}"
+    path = Path(raw)
+    try:
+        if not path.exists():
+            return value  # a preset name, or a missing file that the pool loader names
+        info = path.stat()
+    except OSError as exc:
+        fail(f"{where}: cannot be read ({exc.strerror or exc}); pass a pool.yaml file or a preset (local, tiny)")
+    if path.is_dir():
+        fail(f"{where}: is a directory; pass a pool.yaml file or a preset (local, tiny)")
+    if not path.is_file():
+        fail(f"{where}: is not a regular file (a device or a pipe); pass a pool.yaml file or a preset (local, tiny)")
+    if info.st_size > POOL_MAX_BYTES:
+        fail(f"{where}: {info.st_size} bytes is too large for a pool file (at most {POOL_MAX_BYTES}); "
+             "pass a pool.yaml file")
+    return value
+
 
 PoolOpt = Annotated[Path | None, typer.Option(
-    "--pool", help="pool.yaml, or a preset: local (three pulled models) or tiny (SmolLM2 alone); "
-                   "default: $ORCHESTRION_POOL, else local once pulled, else tiny")]
+    "--pool", callback=checked_pool,
+    help="pool.yaml, or a preset: local (three pulled models) or tiny (SmolLM2 alone); "
+         "default: $ORCHESTRION_POOL, else local once pulled, else tiny")]
 DbOpt = Annotated[Path | None, typer.Option("--db",
                                             help="trace database; default $ORCHESTRION_DB or ~/.orchestrion/traces.db")]
 
@@ -45,6 +74,8 @@ def friendly_with(interrupted: str) -> Callable[[F], F]:
                      "restore it from a copy or point --db at another file")
             except ModuleNotFoundError as exc:
                 fail(missing_extra(exc))
+            except ValidationError as exc:  # a value checked by a model the command builds: name the field
+                fail(validation_line(exc))
             except KeyboardInterrupt:
                 err.print(interrupted, markup=False, highlight=False)
                 raise typer.Exit(130) from None
@@ -66,6 +97,27 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """Print ``error: message`` as one line (user text escaped, never read as markup) and exit."""
     err.print(f"[red]error:[/red] {escape(message)}", highlight=False, markup=True)
     raise typer.Exit(code)
+
+
+def task_text(task: str) -> str:
+    """The TASK argument, or a one-line ConfigError when it is blank or not UTF-8 text (bytes the
+    terminal could not decode reach Python as lone surrogates, which nothing downstream can store)."""
+    if not task.strip():
+        raise ConfigError('TASK is empty; give the task in quotes, e.g. orchestrion run "What is 12*13?"')
+    try:
+        task.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError(f"TASK: character {exc.start + 1} is not valid UTF-8 text (an undecodable byte); "
+                          "pass the task as UTF-8") from None
+    return task
+
+
+def validation_line(exc: ValidationError) -> str:
+    """A pydantic error as one line: the model, the field and what is wrong with it."""
+    first = exc.errors()[0]
+    where = ".".join(str(x) for x in first["loc"]) or "value"
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{exc.title}: field '{where}': {first['msg']}{more}"
 
 
 def missing_extra(exc: ModuleNotFoundError) -> str:

@@ -15,7 +15,18 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ._cli_common import DbOpt, PoolOpt, err, friendly, note_opened, out, parse_settings, show_flags_as_switches
+from ._cli_common import (
+    DbOpt,
+    PoolOpt,
+    err,
+    fail,
+    friendly,
+    note_opened,
+    out,
+    parse_settings,
+    show_flags_as_switches,
+    task_text,
+)
 from ._errors import TraceError
 from .api import EpisodeResult, load_pool, solve
 from .eval import _cli_datasets, _cli_eval, _cli_report
@@ -23,11 +34,12 @@ from .models import _cli_models
 from .runtime.budget import Budget
 from .strategies.base import strategies
 from .tools.defaults import default_tools
+from .trace._atomic import check_output_file
 from .trace._otel_cli import OtlpOpt, export_otlp, finish_sender, pool_providers, start_sender
 from .trace._otel_cli import episode_id as _episode_id
 from .trace.export import export_jsonl
 from .trace.render import episode_tree, list_episodes
-from .trace.store import TraceStore, default_db_path
+from .trace.store import TraceStore, check_trace_file, default_db_path
 from .train import _cli_data, _cli_rl, _cli_sft
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -44,6 +56,7 @@ def open_store(db: Path | None) -> TraceStore:
     if not path.is_file():
         raise TraceError(f"trace store {path}: no trace database there; check --db (or ORCHESTRION_DB), "
                          "or run an episode first to create one")
+    check_trace_file(path)  # an empty or foreign file is refused, never given a schema
     return TraceStore(path)
 
 
@@ -88,6 +101,7 @@ def run(
     otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Solve one task and print the answer, tokens, cost, wall time and trace id."""
+    task = task_text(task)
     options = parse_settings(settings)
     the_pool = load_pool(pool)
     if orchestrator_adapter is not None:
@@ -159,6 +173,8 @@ def trace_export(
     otlp_endpoint: OtlpOpt = None,
 ) -> None:
     """Export episodes (spans, events, decisions) as JSON lines, or as OpenTelemetry spans over OTLP/HTTP."""
+    if fmt == "jsonl":
+        check_output_file(out_path)  # before anything is read: a directory or a missing folder is one line
     store = open_store(db)
     if fmt == "otlp":
         chosen_ids = [_episode_id(store, i) for i in ids] if ids else store.episode_ids()
@@ -168,7 +184,7 @@ def trace_export(
             raise typer.Exit(1)
         return
     if fmt != "jsonl":
-        raise typer.BadParameter(f"'{fmt}': choose jsonl or otlp", param_hint="--format")
+        fail(f"--format {fmt}: choose jsonl or otlp")
     chosen = ids or store.episode_ids()
     n = export_jsonl(store, chosen, out_path)
     err.print(f"wrote {n} episodes to {out_path}")
@@ -185,7 +201,11 @@ def tool(
     try:
         parsed = orjson.loads(args)
     except orjson.JSONDecodeError as exc:
-        raise typer.BadParameter(f"not valid JSON: {exc}", param_hint="ARGS") from None
+        fail(f"ARGS: not valid JSON ({exc}); give a JSON object, e.g. '{{\"code\": \"print(1)\"}}'")
+    if not isinstance(parsed, dict):
+        kind = {list: "array", str: "string", bool: "boolean", type(None): "null"}.get(type(parsed), "number")
+        fail(f"ARGS: expected a JSON object of named arguments, got a JSON {kind}; "
+             "e.g. '{\"code\": \"print(1)\"}' for the python tool")
     registry = default_tools(corpus)
     if name not in registry:
         registry.get(name)  # raises ToolNotFoundError with the list of tools
@@ -194,6 +214,10 @@ def tool(
         raise typer.Exit(2)
     result = asyncio.run(registry.call(name, parsed))
     sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    if result.status != "ok":  # the envelope is printed either way; the exit code says it failed
+        first = (result.error or "").strip().splitlines()
+        fail(f"tool {name}: {result.status.value}" + (f": {first[-1][:300]}" if first else ""),
+             code=2 if result.status == "invalid_args" else 1)
 
 
 @app.command("pool")
@@ -286,16 +310,21 @@ def view(
     port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8765,
     export: Annotated[Path | None, typer.Option("--export",
                                                 help="write a static bundle to DIR instead of serving")] = None,
+    api_key_env: Annotated[str | None, typer.Option(
+        "--api-key-env", help="env var holding the key the browser must give (login prompt password)")] = None,
+    insecure_no_auth: Annotated[bool, typer.Option(
+        "--insecure-no-auth", help="allow a non-loopback --host without --api-key-env (anyone can read)")] = False,
 ) -> None:
     """Browse runs and episodes in a web page: search, pages, plan DAG, timeline, decisions, costs,
-    two episodes of one task side by side; running episodes update live."""
+    two episodes of one task side by side; running episodes update live. A non-loopback --host
+    needs --api-key-env (or --insecure-no-auth); an exported bundle is owner-only."""
     from .serve.viewer import export_static, run_viewer
 
     if export is not None:
         index = export_static(open_store(db), export)
         err.print(f"wrote {index}; open it in a browser")
     else:
-        run_viewer(open_store(db), host=host, port=port)
+        run_viewer(open_store(db), host=host, port=port, api_key_env=api_key_env, insecure_no_auth=insecure_no_auth)
 
 
 # Evaluation and training commands live beside their code; each module adds its own.

@@ -105,13 +105,13 @@ def _summary(row: dict[str, Any], runs: dict[str, dict[str, Any]]) -> dict[str, 
     score, correct = score_of(meta)
     metadata = _dict(task.get("metadata"))
     dataset = metadata.get("dataset") or (runs.get(row.get("run_id") or "", {}).get("dataset"))
-    ended = row.get("ended")
+    ended, started = _number(row.get("ended")), _number(row.get("started"))  # a damaged row lists, without times
     return {
         "id": row["id"], "run_id": row.get("run_id"), "task_id": row.get("task_id"), "epoch": row.get("epoch"),
         "strategy": row.get("strategy"), "prompt": str(task.get("prompt", ""))[:300],
         "status": row.get("status"), "finished": bool(row.get("finished")),
-        "started": row.get("started"), "ended": ended,
-        "wall_s": (ended - row["started"]) if ended is not None and row.get("started") is not None else None,
+        "started": started, "ended": ended,
+        "wall_s": (ended - started) if ended is not None and started is not None else None,
         "input_tokens": row.get("input_tokens") or 0, "output_tokens": row.get("output_tokens") or 0,
         "cost_usd": row.get("cost_usd"), "cost_units": row.get("cost_units") or 0,
         "score": score, "correct": correct, "dataset": dataset if isinstance(dataset, str) else None,

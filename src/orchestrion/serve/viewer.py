@@ -31,8 +31,11 @@ vis-timeline, vendored under ``static/vendor/``.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
+import sqlite3
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from importlib import resources
@@ -42,9 +45,11 @@ from typing import Any
 import orjson
 
 from .._errors import TraceError
+from ..trace._schema import make_dirs
 from ..trace._watch import FileWatch
 from ..trace.store import TraceStore
 from . import _viewer_data as data
+from ._exposure import api_key, key_matches, refuse_exposure
 
 DATA_PLACEHOLDER = "<!-- orchestrion:data -->"
 EXPORT_LIMIT = 2000  # newest episodes embedded in a static bundle
@@ -57,19 +62,37 @@ def static_dir() -> Path:
     return Path(str(resources.files("orchestrion.serve").joinpath("static")))
 
 
-def _json(value: Any, status: int = 200) -> Any:
+def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) -> Any:
     from fastapi import Response
 
-    return Response(orjson.dumps(value, default=str), status_code=status, media_type="application/json")
+    return Response(orjson.dumps(value, default=str), status_code=status, media_type="application/json",
+                    headers=headers)
 
 
-def create_app(store: TraceStore) -> Any:
-    """The viewer as a FastAPI application (API routes, then the static page at /)."""
-    from fastapi import FastAPI, HTTPException
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+
+
+def create_app(store: TraceStore, api_key: str | None = None) -> Any:
+    """The viewer as a FastAPI application (API routes, then the static page at /). With ``api_key``
+    every request must carry it: ``Authorization: Bearer KEY``, or HTTP Basic with KEY as the
+    password (the browser asks for it once)."""
+    from fastapi import FastAPI, HTTPException, Request
     from fastapi.responses import StreamingResponse
     from fastapi.staticfiles import StaticFiles
 
     app = FastAPI(title="Orchestrion trace viewer", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Any) -> Any:
+        if api_key is not None and not key_matches(request.headers.get("authorization", ""), api_key):
+            return _json({"detail": "this viewer needs its key: the password of the login prompt, or "
+                                    "'Authorization: Bearer <key>'"}, 401,
+                         headers={"WWW-Authenticate": 'Basic realm="orchestrion view"'})
+        try:
+            return await call_next(request)
+        except Exception as exc:  # noqa: BLE001 - one line to the page, never a traceback
+            return _json({"detail": _one_line(exc)}, 500)
 
     @app.get("/api/facets")
     def get_facets() -> Any:
@@ -110,6 +133,9 @@ def create_app(store: TraceStore) -> Any:
             found = data.episode_detail(store, episode_id)
         except TraceError as exc:
             raise HTTPException(400, str(exc)) from None
+        except (sqlite3.DatabaseError, TypeError, ValueError, KeyError, AttributeError) as exc:
+            raise HTTPException(422, f"episode '{episode_id}': its stored record is damaged and cannot be shown "
+                                     f"({_one_line(exc)})") from None
         if found is None:
             raise HTTPException(404, f"no episode with trace id '{episode_id}'")
         return _json(found)
@@ -147,31 +173,68 @@ async def watch(store: TraceStore, interval_s: float = WATCH_INTERVAL_S,
         files.close()
 
 
-def run_viewer(store: TraceStore, *, host: str, port: int) -> None:
-    """Serve the viewer until interrupted."""
+def check_viewer_exposure(host: str, api_key_env: str | None, insecure_no_auth: bool) -> str | None:
+    """The viewer's key (None without one); a non-loopback ``host`` without one is refused, as for serve."""
+    refuse_exposure(host, api_key_env, insecure_no_auth, what="read every prompt, answer and decision in the traces")
+    return api_key(api_key_env)
+
+
+def run_viewer(store: TraceStore, *, host: str, port: int, api_key_env: str | None = None,
+               insecure_no_auth: bool = False) -> None:
+    """Serve the viewer until interrupted; only on loopback unless it has a key (or is told not to care)."""
     import uvicorn
 
+    key = check_viewer_exposure(host, api_key_env, insecure_no_auth)
     shown = f"[{host}]" if ":" in host else host
-    sys.stderr.write(f"trace viewer for {store.path} at http://{shown}:{port}/ (Ctrl-C stops)\n")
-    uvicorn.run(create_app(store), host=host, port=port, log_level="warning")
+    auth = f"; log in with the key in ${api_key_env} as the password" if api_key_env else ""
+    sys.stderr.write(f"trace viewer for {store.path} at http://{shown}:{port}/{auth} (Ctrl-C stops)\n")
+    uvicorn.run(create_app(store, key), host=host, port=port, log_level="warning")
 
 
 def export_static(store: TraceStore, out_dir: Path) -> Path:
-    """Write the page, its assets and every episode's data to ``out_dir``; returns index.html."""
+    """Write the page, its assets and every episode's data to ``out_dir``; returns index.html.
+
+    The bundle is built in a temporary folder beside ``out_dir`` and renamed into place whole
+    (a damaged database halfway leaves no partial bundle); it is owner-only (0o700 folders,
+    0o600 files), since it holds every prompt."""
     out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise TraceError(f"--export {out_dir}: is a file; give a folder for the bundle")
+    page = (static_dir() / "index.html").read_text(encoding="utf-8")
+    if DATA_PLACEHOLDER not in page:
+        raise TraceError("viewer index.html lacks its data placeholder")
+    payload = orjson.dumps(data.bundle(store, limit=EXPORT_LIMIT), default=str)  # read before anything is written
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        src = static_dir()
-        for name in ("app.js", "app.css"):
-            shutil.copyfile(src / name, out_dir / name)
-        shutil.copytree(src / "vendor", out_dir / "vendor", dirs_exist_ok=True)
-        payload = orjson.dumps(data.bundle(store, limit=EXPORT_LIMIT), default=str)
-        (out_dir / "data.js").write_bytes(b"window.ORCHESTRION_DATA = " + payload + b";\n")
-        page = (src / "index.html").read_text(encoding="utf-8")
-        if DATA_PLACEHOLDER not in page:
-            raise TraceError("viewer index.html lacks its data placeholder")
-        index = out_dir / "index.html"
-        index.write_text(page.replace(DATA_PLACEHOLDER, '<script src="data.js"></script>'), encoding="utf-8")
+        make_dirs(out_dir.parent)
+        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".part", dir=out_dir.parent))
+        try:
+            _write_bundle(staging, page, payload)
+            if out_dir.exists():  # an earlier bundle: moved aside, then dropped once the new one is in place
+                old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
+                os.replace(out_dir, old / out_dir.name)
+                os.replace(staging, out_dir)
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                os.replace(staging, out_dir)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     except OSError as exc:
         raise TraceError(f"cannot write the viewer bundle to {out_dir}: {exc}") from None
-    return index
+    return out_dir / "index.html"
+
+
+def _write_bundle(folder: Path, page: str, payload: bytes) -> None:
+    """The page, its assets and ``data.js`` in ``folder``, owner-only throughout."""
+    src = static_dir()
+    os.chmod(folder, 0o700)
+    shutil.copytree(src / "vendor", folder / "vendor", copy_function=shutil.copyfile)
+    for name in ("app.js", "app.css"):
+        shutil.copyfile(src / name, folder / name)
+    (folder / "data.js").write_bytes(b"window.ORCHESTRION_DATA = " + payload + b";\n")
+    (folder / "index.html").write_text(page.replace(DATA_PLACEHOLDER, '<script src="data.js"></script>'),
+                                       encoding="utf-8")
+    for root, dirs, files in os.walk(folder):
+        for d in dirs:
+            os.chmod(os.path.join(root, d), 0o700)
+        for f in files:
+            os.chmod(os.path.join(root, f), 0o600)

@@ -8,6 +8,7 @@ from typing import IO, Any
 
 import orjson
 
+from ._atomic import atomic_output
 from .store import TraceStore
 
 _JSON_FIELDS = ("attrs", "data", "task", "meta", "messages", "prompt_token_ids", "token_ids", "logprobs", "action")
@@ -36,16 +37,19 @@ def episode_record(store: TraceStore, episode_id: str) -> dict[str, Any]:
 
 
 def export_jsonl(store: TraceStore, episode_ids: Iterable[str], out: Path | IO[bytes]) -> int:
-    """Write one JSON line per episode; returns the number written."""
+    """Write one JSON line per episode; returns the number written. A file path is written whole
+    or not at all (a temporary file renamed into place, owner-only)."""
+    if isinstance(out, Path):
+        with atomic_output(out) as handle:
+            return _write_lines(store, episode_ids, handle)
+    return _write_lines(store, episode_ids, out)
+
+
+def _write_lines(store: TraceStore, episode_ids: Iterable[str], handle: IO[bytes]) -> int:
     count = 0
-    handle: IO[bytes] = open(out, "wb") if isinstance(out, Path) else out  # noqa: SIM115
-    try:
-        for eid in episode_ids:
-            record = episode_record(store, eid)
-            if record:
-                handle.write(orjson.dumps(record, default=str) + b"\n")
-                count += 1
-    finally:
-        if isinstance(out, Path):
-            handle.close()
+    for eid in episode_ids:
+        record = episode_record(store, eid)
+        if record:
+            handle.write(orjson.dumps(record, default=str) + b"\n")
+            count += 1
     return count

@@ -35,6 +35,28 @@ def default_db_path() -> Path:
     return Path(env) if env else Path.home() / ".orchestrion" / "traces.db"
 
 
+def check_trace_file(path: Path) -> None:
+    """What a reading command checks before it opens ``path``: that it is a trace database. An empty
+    file, or an SQLite file without the trace tables, is a one-line :class:`TraceError` and is left
+    as it was (opening it as a store would write the schema into it). Garbage raises
+    ``sqlite3.DatabaseError``, which the CLI reports as a damaged file."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise TraceError(f"trace store {path}: cannot read it ({exc.strerror or exc})") from None
+    if size == 0:
+        raise TraceError(f"trace store {path}: the file is empty, not a trace database; check --db "
+                         "(or ORCHESTRION_DB), or run an episode first to create one")
+    conn = sqlite3.connect(path, timeout=30)  # plain reads: nothing is written, not even the journal mode
+    try:
+        found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'episodes'").fetchone()
+    finally:
+        conn.close()
+    if found is None:
+        raise TraceError(f"trace store {path}: an SQLite file without trace tables, not a trace database; "
+                         "check --db (or ORCHESTRION_DB)")
+
+
 class TraceStore(TraceQueries):
     """A trace database file plus the thread that writes to it.
 
