@@ -292,6 +292,8 @@ def serve(
         "--max-tokens-cap", min=1, help="per-request cap on the episode token budget and on max_tokens")] = None,
     insecure_no_auth: Annotated[bool, typer.Option(
         "--insecure-no-auth", help="allow a non-loopback --host without --api-key-env (anyone can use it)")] = False,
+    errors_as_200: Annotated[bool, typer.Option(
+        "--errors-as-200", help="an episode that ends in error answers 200 (status in the body), not 502")] = False,
 ) -> None:
     """Serve every strategy as a model over an OpenAI-compatible API (/v1/chat/completions), with
     /health and Prometheus /metrics. A non-loopback --host needs --api-key-env (or --insecure-no-auth)."""
@@ -299,7 +301,8 @@ def serve(
 
     run_server(ServeSettings(pool=pool, db=db, host=host, port=port, api_key_env=api_key_env,
                              max_concurrent=max_concurrent, max_body_bytes=max_body_kb * 1024,
-                             max_tokens_cap=max_tokens_cap, insecure_no_auth=insecure_no_auth))
+                             max_tokens_cap=max_tokens_cap, insecure_no_auth=insecure_no_auth,
+                             errors_as_200=errors_as_200))
 
 
 @app.command()

@@ -51,3 +51,64 @@ def test_disconnect_cancels_episode_and_upstream_call(fault_server: FaultServer,
         thread.join(15)
         sock.close()
         store.close()
+
+
+def test_kill_9_then_restart_leaves_no_episode_running(fault_server: FaultServer, tmp_path: Path) -> None:
+    """10 episodes in flight when `serve` is killed -9; the next `serve` on that database marks them."""
+    import json
+    import os
+    import signal
+    import sqlite3
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor
+
+    db = tmp_path / "t.db"
+    pool = tmp_path / "pool.yaml"
+    pool.write_text(f"models:\n  - {{name: fault, base_url: '{fault_server.url}', timeout_s: 60, max_retries: 0}}\n")
+    env = {**os.environ, "ORCHESTRION_DB": str(db)}
+
+    def start() -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen([sys.executable, "-m", "orchestrion", "serve", "--port", "0", "--pool", str(pool)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening on " in line, proc.stderr.read() if proc.poll() is not None else line
+        return proc, line.split("listening on ")[1].split()[0]
+
+    def running() -> list[str]:
+        conn = sqlite3.connect(db)
+        try:
+            return [r[0] for r in conn.execute("SELECT status FROM episodes")]
+        finally:
+            conn.close()
+
+    first, url = start()
+    body = json.dumps({"model": "orchestrion/direct", "messages": [{"role": "user", "content": "fault:hang@kill9"}]})
+    pool_threads = ThreadPoolExecutor(10)
+    try:
+        for _ in range(10):
+            pool_threads.submit(httpx.post, url + "/chat/completions", content=body, timeout=30,
+                                headers={"Content-Type": "application/json"})
+        deadline = time.monotonic() + 20
+        while running().count("running") < 10:
+            assert time.monotonic() < deadline, running()
+            time.sleep(0.05)
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait(10)
+        assert running() == ["running"] * 10  # what a crash leaves behind
+        second, _ = start()
+        try:
+            statuses = running()
+            assert statuses == ["interrupted"] * 10, statuses  # marked before the new server answers anything
+        finally:
+            second.send_signal(signal.SIGINT)
+            second.wait(20)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        pool_threads.shutdown(wait=True, cancel_futures=True)
+    conn = sqlite3.connect(db)
+    runs = sorted(r[0] for r in conn.execute("SELECT status FROM runs WHERE kind = 'serve'"))
+    conn.close()
+    assert runs == ["interrupted", "stopped"]

@@ -43,9 +43,13 @@ Response
     A ``chat.completion``; ``usage`` is the episode's total over all its model calls;
     ``finish_reason`` is ``length`` when the episode stopped on its budget or the answer was
     cut at ``max_tokens``, else ``stop``.
-    Every episode that ran is a 200 whatever its status: the headers
+    An episode that ran is a 200 unless it ended in ``error``: the headers
     ``X-Orchestrion-Trace-Id`` and ``X-Orchestrion-Status`` and the body field
     ``orchestrion`` = {trace_id, status, error, strategy, cost_usd, wall_s} say how it went.
+    One that ended in ``error`` is a 502 error body (code ``episode_failed``; streamed: an
+    ``error`` event before ``[DONE]``), unless ``--errors-as-200`` or the request's
+    ``orchestrion.errors_as_200`` asks for the 200 (see :mod:`orchestrion.serve._failures`).
+    No upstream URL or key is ever sent.
 
 Streaming (``stream: true``)
     ``text/event-stream`` of ``chat.completion.chunk`` events, each with one choice:
@@ -74,8 +78,8 @@ Errors
     ``{"error": {message, type, param, code}}``: 400 malformed body, ``tools``, or a token
     budget over the cap, 401 a missing or wrong ``Authorization: Bearer`` key (with ``--api-key-env``),
     404 unknown model or path, 413 a body over ``--max-body-kb``, 429 more than
-    ``--max-concurrent`` episodes in flight (with ``Retry-After``), 500 an Orchestrion error
-    outside the episode, as one line.
+    ``--max-concurrent`` episodes in flight (with ``Retry-After``), 502 an episode that ended in
+    ``error``, 500 an error outside the episode, as one line.
 """
 
 from __future__ import annotations
@@ -131,6 +135,9 @@ class OrchestrionExtra(BaseModel):
 
     options: dict[str, Any] = Field(default_factory=dict, description="strategy options, as `--set KEY=VALUE`")
     budget: Budget = Field(default_factory=Budget, description="episode budget, as `--budget NAME=VALUE`")
+    errors_as_200: bool | None = Field(
+        default=None, description="an episode ending in error answers 200 with orchestrion.status 'error' "
+                                  "instead of a 502 error body (default: the server's --errors-as-200)")
 
 
 class StreamOptions(BaseModel):

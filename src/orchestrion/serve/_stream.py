@@ -21,13 +21,13 @@ from ..api import EpisodeResult
 from ..runtime.synthesis import AnswerChannel, text_pieces
 from ..trace._bus import EventType, TraceEvent
 from ..trace.store import TraceStore
+from ._failures import failure, summary
 from ._openai_schema import (
     SSE_DONE,
     SSE_KEEPALIVE,
     ApiError,
     ChatRequest,
     chunk_body,
-    episode_summary,
     finish_reason,
     progress,
     server_error,
@@ -49,9 +49,12 @@ Item = TraceEvent | str | _Done
 class Watch:
     """The trace subscription and answer channel of one episode (``live``: queue them for SSE)."""
 
-    def __init__(self, store: TraceStore, episode_id: str, *, live: bool, json_schema: dict[str, Any] | None) -> None:
+    def __init__(self, store: TraceStore, episode_id: str, *, live: bool, json_schema: dict[str, Any] | None,
+                 secrets: tuple[str, ...] = (), errors_as_200: bool = False) -> None:
         self.episode_id = episode_id
         self.live = live
+        self.secrets = secrets  # redacted from every error text sent (see _failures)
+        self.errors_as_200 = errors_as_200
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue[Item] = asyncio.Queue()
         self.sub = store.bus.subscribe(episode_id)
@@ -126,6 +129,8 @@ def episode_result(episode: asyncio.Task[EpisodeResult]) -> EpisodeResult:
         raise ApiError(400, str(exc), code="invalid_option", param="orchestrion.options") from None
     except OrchestrionError as exc:
         raise server_error(exc) from None
+    except Exception as exc:  # noqa: BLE001 - a bug inside the episode: one line to the client, the trace keeps it
+        raise server_error(exc) from None
 
 
 class EpisodeStream(StreamingResponse):
@@ -188,6 +193,9 @@ async def sse_events(req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeRe
             yield out
     try:
         result = episode_result(episode)
+        failed = None if watch.errors_as_200 else failure(result, watch.secrets)
+        if failed is not None:
+            raise failed
     except ApiError as exc:
         yield sse(exc.body())
         yield SSE_DONE
@@ -196,8 +204,9 @@ async def sse_events(req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeRe
     for piece in pieces:
         yield render(piece) or b""
     on_result(result, watch.first_text_at)
-    summary = episode_summary(result) if matched else {**episode_summary(result), "answer": result.answer}
-    yield chunk({}, finish=finish_reason(result.status, watch.answer_finish), ext=summary)
+    done = summary(result, watch.secrets)
+    done = done if matched else {**done, "answer": result.answer}
+    yield chunk({}, finish=finish_reason(result.status, watch.answer_finish), ext=done)
     if req.include_usage:
         yield chunk(None, usage=result.usage)
     yield SSE_DONE

@@ -22,9 +22,6 @@ Listening on an address other than loopback without ``--api-key-env`` is refused
 from __future__ import annotations
 
 import asyncio
-import hmac
-import ipaddress
-import os
 import socket
 import sys
 import time
@@ -51,6 +48,8 @@ from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ..trace.tracer import new_id
+from ._exposure import api_key, key_matches, refuse_exposure
+from ._failures import failure, pool_secrets, summary
 from ._metrics import MetricsMiddleware, ServeMetrics
 from ._openai_schema import (
     MODEL_PREFIX,
@@ -59,13 +58,13 @@ from ._openai_schema import (
     completion_body,
     episode_budget,
     episode_options,
-    episode_summary,
     error_body,
     parse_request,
     server_error,
     strategy_of,
     task_prompt,
 )
+from ._recover import own_run, recover_dead_runs
 from ._stream import DONE, EpisodeStream, Watch, episode_result, sse_events
 
 DISCONNECT_POLL_S = 0.25  # non-streamed requests: how often the connection is checked
@@ -84,16 +83,7 @@ class ServeSettings:
     max_body_bytes: int = 256 * 1024
     max_tokens_cap: int | None = None
     insecure_no_auth: bool = False
-
-
-def _api_key(env: str | None) -> str | None:
-    if env is None:
-        return None
-    key = os.environ.get(env)
-    if not key:
-        raise ConfigError(f"--api-key-env {env}: the environment variable {env} is not set (or empty); "
-                          "export it with the key clients must send, or drop --api-key-env")
-    return key
+    errors_as_200: bool = False  # an episode ending in error answers 200 instead of 502 (see _failures)
 
 
 class _Service:
@@ -101,7 +91,7 @@ class _Service:
 
     def __init__(self, settings: ServeSettings, pool: Pool, store: TraceStore, tools: ToolRegistry) -> None:
         self.settings = settings
-        self.api_key = _api_key(settings.api_key_env)
+        self.api_key = api_key(settings.api_key_env)
         self.pool = pool
         self.store = store
         self.tools = tools
@@ -110,16 +100,16 @@ class _Service:
         self.inflight: set[asyncio.Task[EpisodeResult]] = set()
         self.metrics = ServeMetrics()
         self.started = time.monotonic()
+        self.secrets = pool_secrets(pool)  # never sent to a client
 
     # -- request checks --------------------------------------------------------------
     def authorize(self, request: Request) -> None:
         if self.api_key is None:
             return
         header = request.headers.get("authorization", "")
-        scheme, _, token = header.strip().partition(" ")
         if not header:
             message = "no API key: send it as 'Authorization: Bearer <key>'"
-        elif scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self.api_key.encode()):
+        elif header.strip().partition(" ")[0].lower() != "bearer" or not key_matches(header, self.api_key):
             message = "incorrect API key"
         else:
             return
@@ -160,7 +150,9 @@ class _Service:
         task = Task(prompt=prompt, id=cid, metadata={"source": "serve", "model": req.model,
                                                         "messages": len(req.messages)})
         episode_id = new_id()
-        watch = Watch(self.store, episode_id, live=req.stream, json_schema=req.json_schema)
+        keep_200 = req.orchestrion.errors_as_200
+        watch = Watch(self.store, episode_id, live=req.stream, json_schema=req.json_schema, secrets=self.secrets,
+                      errors_as_200=self.settings.errors_as_200 if keep_200 is None else keep_200)
         token = ANSWER.set(watch.channel)  # the episode's task copies this context
         try:
             episode = asyncio.create_task(solve(
@@ -180,6 +172,8 @@ class _Service:
         self.metrics.in_flight.set(len(self.inflight))
         if episode.cancelled():
             self.metrics.episodes.labels(strategy, "cancelled").inc()
+        elif isinstance(episode.exception(), ConfigError):
+            pass  # a bad option or budget: refused (400) before any episode was recorded, so none is counted
         elif episode.exception() is not None:  # retrieved here; the handler re-raises it where it matters
             self.metrics.episodes.labels(strategy, "error").inc()
         else:
@@ -233,8 +227,10 @@ async def _complete(request: Request, req: ChatRequest, cid: str, episode: async
             episode.cancel()
         await watch.settle()
     result = episode_result(episode)
+    if not watch.errors_as_200 and (failed := failure(result, watch.secrets)) is not None:
+        raise failed
     body = completion_body(cid, int(time.time()), req.model, result.answer, result.status, result.usage,
-                           episode_summary(result), watch.answer_finish)
+                           summary(result, watch.secrets), watch.answer_finish)
     return JSONResponse(body, headers={"X-Orchestrion-Trace-Id": result.trace_id,
                                        "X-Orchestrion-Status": result.status})
 
@@ -242,22 +238,27 @@ async def _complete(request: Request, req: ChatRequest, cid: str, episode: async
 def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: TraceStore | None = None,
                tools: ToolRegistry | None = None) -> FastAPI:
     """The serve app. ``pool``/``store``/``tools`` override the ones ``settings`` name (tests inject them)."""
-    _api_key(settings.api_key_env)  # fail fast, before anything is opened
+    api_key(settings.api_key_env)  # fail fast, before anything is opened
     svc = _Service(settings, pool if pool is not None else load_pool(settings.pool),
                    store if store is not None else TraceStore(settings.db), tools or default_tools())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()}
-        svc.store.create_run(svc.run_id, "serve", {**config, "pool_source": svc.pool.source})
-        try:
-            yield
-        finally:
-            await svc.shutdown()
-            if pool is None:
-                await svc.pool.aclose()
-            if store is None:
-                await asyncio.to_thread(svc.store.close)
+        recovered = await asyncio.to_thread(recover_dead_runs, svc.store)
+        if recovered:
+            sys.stderr.write(f"note: marked the unfinished episodes of {len(recovered)} stopped serve run(s) "
+                             f"as interrupted ({', '.join(recovered)})\n")
+        with own_run(svc.store, svc.run_id):  # locked before its row exists: never taken for a dead run
+            svc.store.create_run(svc.run_id, "serve", {**config, "pool_source": svc.pool.source})
+            try:
+                yield
+            finally:
+                await svc.shutdown()  # the run is marked stopped while its lock is still held
+        if pool is None:
+            await svc.pool.aclose()
+        if store is None:
+            await asyncio.to_thread(svc.store.close)
 
     app = FastAPI(title="orchestrion serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = svc
@@ -293,10 +294,15 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
         strategy = strategy_of(req.model)
         cid = f"chatcmpl-{uuid.uuid4().hex}"
         cap = settings.max_tokens_cap
-        episode, watch = svc.start(req, strategy, cid, episode_budget(req, cap), episode_options(req, cap))
-        if req.stream:
-            return await _stream(svc, req, cid, episode, watch, requested)
-        return await _complete(request, req, cid, episode, watch)
+        try:
+            episode, watch = svc.start(req, strategy, cid, episode_budget(req, cap), episode_options(req, cap))
+            if req.stream:
+                return await _stream(svc, req, cid, episode, watch, requested)
+            return await _complete(request, req, cid, episode, watch)
+        except (ApiError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a one-line 500; the connection stays usable
+            raise server_error(exc) from None
 
     return app
 
@@ -341,24 +347,10 @@ def base_url(sock: socket.socket) -> str:
     return f"http://[{host}]:{port}/v1" if ":" in host else f"http://{host}:{port}/v1"
 
 
-def _loopback(host: str) -> bool:
-    """Whether every address ``host`` resolves to is a loopback address."""
-    try:
-        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        return all(ipaddress.ip_address(str(info[4][0]).split("%")[0]).is_loopback for info in infos)
-    except (OSError, ValueError):
-        return False
-
-
 def check_exposure(settings: ServeSettings) -> None:
     """Refuse a non-loopback address without an API key, unless --insecure-no-auth says so."""
-    if settings.api_key_env or _loopback(settings.host):
-        return
-    if not settings.insecure_no_auth:
-        raise ConfigError(f"--host {settings.host} is reachable from other machines and no --api-key-env is set: "
-                          "anyone who reaches the port could run episodes on your pool; set --api-key-env VAR "
-                          "(clients send $VAR as a Bearer key), or pass --insecure-no-auth to serve without a key")
-    sys.stderr.write(f"warning: serving on {settings.host} without an API key (--insecure-no-auth)\n")
+    refuse_exposure(settings.host, settings.api_key_env, settings.insecure_no_auth,
+                    what="run episodes on your pool")
 
 
 def run_server(settings: ServeSettings) -> None:
