@@ -45,8 +45,9 @@ def test_eval_records_every_fault_once(fault_server: FaultServer, tmp_path: Path
     db = tmp_path / "t.db"
     res = cli("eval", "--dataset", f"jsonl:{data}", "--strategies", "direct", "--concurrency", "8",
               "--pool", str(fault_server.pool(tmp_path)), db=db, timeout=60)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 1, res.stderr  # some episodes ended in error: the run is not complete
     assert_user_message(res.stderr)
+    assert res.stderr.strip().splitlines()[-1].endswith("--retry-errors")
     rows = episodes(db)
     assert Counter(r["task_id"] for r in rows) == Counter(f"t{i}" for i in range(len(tags)))  # none lost or doubled
     by_task = {r["task_id"]: r for r in rows}
@@ -160,3 +161,52 @@ def test_train_export_killed_midway_leaves_no_partial_file(fault_server: FaultSe
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
     assert len(episodes(db)) == 4
+
+
+def test_resume_retry_errors_runs_the_failed_episodes_again(fault_server: FaultServer, tmp_path: Path) -> None:
+    data = write_tasks(tmp_path / "d.jsonl", ["401:once@retry", "none@retry"])  # t0 fails once, not retried
+    db = tmp_path / "t.db"
+    first = cli("eval", "--dataset", f"jsonl:{data}", "--pool", str(fault_server.pool(tmp_path)), db=db)
+    assert first.returncode == 1, first.stderr
+    assert_user_message(first.stderr)
+    run_id = _run_id(db)
+    last = first.stderr.strip().splitlines()[-1]
+    assert last == (f"error: run {run_id}: 1 episode(s) ended in error; once the cause is fixed, run them again "
+                    f"with: orchestrion eval --resume {run_id} --retry-errors")
+    plain = cli("eval", "--resume", str(run_id), db=db)  # without the flag an error is done: nothing runs
+    assert plain.returncode == 1 and "0 episodes ran, 2 were done before" in plain.stderr
+    retried = cli("eval", "--resume", str(run_id), "--retry-errors", db=db)
+    assert retried.returncode == 0, retried.stderr
+    assert_user_message(retried.stderr)
+    assert "1 episodes ran, 1 were done before" in retried.stderr
+    by_status = Counter((r["task_id"], r["status"]) for r in episodes(db))
+    assert by_status == Counter({("t0", "retried"): 1, ("t0", "ok"): 1, ("t1", "ok"): 1})  # the error is kept
+    assert Counter(r["task_id"] for r in counted(db) if r["status"] != "retried") == Counter(["t0", "t1"])
+    assert fault_server.seen["401:once@retry"] == 2
+
+
+def test_retry_errors_needs_resume(tmp_path: Path) -> None:
+    res = cli("eval", "--dataset", "jsonl:x.jsonl", "--retry-errors", db=tmp_path / "t.db")
+    assert res.returncode == 2 and "--retry-errors re-runs the failed episodes" in res.stderr
+    assert_user_message(res.stderr)
+
+
+def test_run_stores_an_absolute_pool_path_so_resume_works_anywhere(fault_server: FaultServer,
+                                                                   tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    fault_server.pool(work)  # work/pool.yaml
+    data = write_tasks(work / "d.jsonl", ["401:once@abs"])  # fails once: the resume must reach the pool again
+    db = tmp_path / "t.db"
+    env = {**os.environ, "ORCHESTRION_DB": str(db)}
+    res = subprocess.run([sys.executable, "-m", "orchestrion", "eval", "--dataset", f"jsonl:{data}",
+                          "--pool", "pool.yaml"], cwd=work, capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 1, res.stderr
+    conn = sqlite3.connect(db)
+    config = json.loads(conn.execute("SELECT config FROM runs WHERE kind = 'eval'").fetchone()[0])
+    conn.close()
+    assert config["pool"] == str(work / "pool.yaml")
+    elsewhere = subprocess.run([sys.executable, "-m", "orchestrion", "eval", "--resume", str(_run_id(db)),
+                                "--retry-errors"], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert "1 episodes ran, 0 were done before" in elsewhere.stderr

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from .._cli_common import DbOpt, PoolOpt, err, fail, friendly, out, parse_settings
 from .._errors import ConfigError
 from ..models.pool import default_pool_ref
+from ..models.presets import PRESETS
 from ..runtime.budget import Budget
 from ..trace._otel_cli import OtlpOpt, finish_sender, start_sender
 from ..trace.store import TraceStore
@@ -94,6 +95,8 @@ def register(app: typer.Typer) -> None:
         ray_address: Annotated[str | None, typer.Option(
             "--ray-address", help="Ray cluster address; default: a local instance")] = None,
         resume: Annotated[str | None, typer.Option("--resume", help="RUN_ID of an interrupted run to finish")] = None,
+        retry_errors: Annotated[bool, typer.Option(
+            "--retry-errors", help="with --resume: run again the episodes that ended in error")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
         otlp_endpoint: OtlpOpt = None,
     ) -> None:
@@ -117,7 +120,7 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError("--strategies: give at least one strategy name, e.g. direct,cot")
             config = EvalConfig(
                 dataset=dataset, strategies=names, limit=limit, epochs=epochs or 1, seed=seed,
-                pool=default_pool_ref() if pool is None else str(pool),  # stored: a resume uses the same pool
+                pool=pool_ref(default_pool_ref() if pool is None else str(pool)),  # a resume uses the same pool
                 orchestrator_adapter=None if adapter is None else str(adapter.resolve()),
                 budget=Budget.parse_cli(budget).model_dump(exclude_none=True),
                 options=parse_settings(settings),
@@ -145,7 +148,8 @@ def register(app: typer.Typer) -> None:
 
             loop.add_signal_handler(signal.SIGINT, on_sigint)
             try:
-                return await run_eval(config, store, resume=resume, executor=runner, observer=observer)
+                return await run_eval(config, store, resume=resume, executor=runner, observer=observer,
+                                      retry_errors=retry_errors)
             finally:
                 loop.remove_signal_handler(signal.SIGINT)
 
@@ -170,6 +174,23 @@ def register(app: typer.Typer) -> None:
             out.print(summary_table(summaries, title=title))
         err.print(f"run {run.run_id} finished: {run.ran} episodes ran, {run.skipped} were done before", highlight=False)
         _fail_if_nothing_succeeded(store, run.run_id)
+        _fail_if_errors(store, run.run_id, db)
+
+
+def pool_ref(ref: str) -> str:
+    """What a run stores as its pool: a preset name as is, a file as its absolute path, so that
+    ``--resume`` finds it from any folder."""
+    if ref in PRESETS and not Path(ref).is_file():
+        return ref
+    return str(Path(ref).expanduser().resolve())
+
+
+def _fail_if_errors(store: TraceStore, run_id: str, db: Path | None) -> None:
+    """Exit 1 with one line when some counted episodes ended in error: the run is not complete."""
+    errors = [ep for ep in counted_episodes(store, run_id) if ep["status"] == "error"]
+    if errors:
+        fail(f"run {run_id}: {len(errors)} episode(s) ended in error; once the cause is fixed, run them again "
+             f"with: {resume_command(run_id, db)} --retry-errors", code=1)
 
 
 def _fail_if_nothing_succeeded(store: TraceStore, run_id: str) -> None:

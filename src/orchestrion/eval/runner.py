@@ -180,13 +180,17 @@ async def run_eval(
     pool: PoolFactory | None = None,
     executor: Executor | None = None,
     observer: Observer | None = None,
+    retry_errors: bool = False,
 ) -> EvalRun:
     """Run (or, with ``resume`` = a run id, finish) an evaluation; every episode goes to ``store``.
 
     ``config`` is ignored when resuming (the run's stored config is used). ``pool``
     overrides the pool the config names (tests pass a scripted one); ``executor``
-    overrides ``config.executor``.
+    overrides ``config.executor``. ``retry_errors`` (with ``resume``): episodes that ended in
+    ``error`` are marked ``retried`` (kept, no longer counted) and run again.
     """
+    if retry_errors and resume is None:
+        raise ConfigError("--retry-errors re-runs the failed episodes of an earlier run: use it with --resume RUN_ID")
     watcher = observer or Observer()
     if resume is not None:
         run_id, config = resume_config(store, resume)
@@ -198,6 +202,8 @@ async def run_eval(
                                              ray_address=config.ray_address)
     run_id = new_id() if resume is None else run_id
     with run_lock(store.path, run_id):  # a second process on this run stops here, naming the holder
+        if retry_errors:
+            store.mark_retried(run_id)
         return await _run_locked(config, store, run_id, resume is not None, tasks, scorer, kind, pool_factory,
                                  the_executor, watcher)
 

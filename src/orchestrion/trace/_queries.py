@@ -23,8 +23,9 @@ from ..models._types import Usage
 from ._bus import EventType, TraceEvent
 from ._json import dumps
 
-# An episode that counts in an eval run: finished (closing update committed) and not interrupted.
-COUNTED = "finished = 1 AND status NOT IN ('interrupted', 'cancelled')"
+# An episode that counts in an eval run: finished (closing update committed), not interrupted, and
+# not an error that a later episode retried (``eval --resume --retry-errors``).
+COUNTED = "finished = 1 AND status NOT IN ('interrupted', 'cancelled', 'retried')"
 
 
 def _marks(values: Sequence[Any]) -> str:
@@ -116,6 +117,12 @@ class TraceQueries:
             "UPDATE episodes SET status = 'interrupted' WHERE run_id = ? AND (finished = 0 OR status = 'cancelled')",
             (run_id,),
         )
+
+    def mark_retried(self, run_id: str) -> None:
+        """The run's finished episodes that ended in ``error`` become ``retried`` (kept with their
+        error, never counted), so a resume runs their (task, strategy, epoch) again."""
+        self.submit("UPDATE episodes SET status = 'retried' WHERE run_id = ? AND finished = 1 AND status = 'error'",
+                    (run_id,))
 
     # -- episodes: reads --------------------------------------------------------------------
     def episode(self, episode_id: str) -> dict[str, Any] | None:
