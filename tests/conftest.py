@@ -23,3 +23,5 @@ def _isolated_db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tests that want the local pool name it), whatever the machine has pulled."""
     monkeypatch.setenv("ORCHESTRION_DB", str(tmp_path / "default.db"))
     monkeypatch.setenv("ORCHESTRION_POOL", "tiny")
+    # pinned prompt-prefix states go to the test's own folder, never the user's cache
+    monkeypatch.setenv("ORCHESTRION_PREFIX_CACHE_DIR", str(tmp_path / "kv"))

@@ -53,21 +53,54 @@ def test_thread_share_splits_the_total_and_never_drops_below_one() -> None:
     assert thread_share(2, 2) == 1 and thread_share(1, 3) == 1
 
 
-def test_thread_total_is_the_env_else_the_cpus_less_one(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_free_threads_leaves_the_cores_others_use() -> None:
+    from orchestrion.models._threads import free_threads
+
+    # an idle machine gives every core; a core counts as taken once others use over 0.3 of it
+    assert [free_threads(2, o) for o in (0.0, 0.2, 0.3, 0.5, 1.0, 1.3, 1.6, 5.0)] == [2, 2, 2, 1, 1, 1, 1, 1]
+    assert [free_threads(16, o) for o in (0.0, 3.2, 3.4, 20.0)] == [16, 13, 12, 1]
+
+
+def test_thread_total_is_the_env_else_what_the_load_leaves(monkeypatch: pytest.MonkeyPatch) -> None:
     from orchestrion.models import _threads
 
     monkeypatch.delenv("ORCHESTRION_THREADS", raising=False)
-    monkeypatch.setattr(_threads.os, "cpu_count", lambda: 16)
-    assert _threads.thread_total() == 15
-    monkeypatch.setattr(_threads.os, "cpu_count", lambda: 2)
-    assert _threads.thread_total() == 1
-    monkeypatch.setattr(_threads.os, "cpu_count", lambda: None)
-    assert _threads.thread_total() == 1
+    monkeypatch.setattr(_threads, "cores", lambda: 16)
+    monkeypatch.setattr(_threads.LOAD, "others", lambda: 0.0)
+    assert _threads.thread_total() == 16
+    monkeypatch.setattr(_threads.LOAD, "others", lambda: 2.9)
+    assert _threads.thread_total() == 13
     monkeypatch.setenv("ORCHESTRION_THREADS", "4")
     assert _threads.thread_total() == 4
     monkeypatch.setenv("ORCHESTRION_THREADS", "0")
     with pytest.raises(ConfigError, match="at least 1"):
         _threads.thread_total()
+
+
+def test_cpu_load_counts_other_processes_not_this_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readings of /proc: the machine's busy ticks less this process's own, per second of wall time."""
+    from orchestrion.models import _threads
+
+    readings = iter([
+        _threads._Sample(wall=10.0, busy=1000, own=300),
+        _threads._Sample(wall=11.0, busy=1000 + 150, own=300 + 100),  # 150 ticks busy, 100 of them ours
+        _threads._Sample(wall=11.2, busy=1400, own=400),  # too soon: the last estimate stands
+        _threads._Sample(wall=13.0, busy=1150 + 200, own=400 + 200),  # only this process worked
+    ])
+    monkeypatch.setattr(_threads, "_read_sample", lambda: next(readings))
+    load = _threads.CpuLoad(window=0.5)
+    load._tick = 100
+    assert load.others() == pytest.approx(0.5)
+    assert load.others() == pytest.approx(0.5)
+    assert load.others() == pytest.approx(0.0)
+
+
+def test_cpu_load_reads_this_machine() -> None:
+    from orchestrion.models import _threads
+
+    sample = _threads._read_sample()
+    assert sample is not None and sample.busy > 0 and sample.own >= 0
+    assert 0.0 <= _threads.CpuLoad(first_window=0.05).others() <= _threads.cores() + 1
 
 
 def test_budget_counts_generating_models() -> None:
@@ -219,11 +252,15 @@ def test_prompt_is_decoded_in_aligned_chunks_after_the_reused_prefix() -> None:
     assert PROMPT_CHUNK == 64
     prompt = list(range(140)) + [999] * 60
     llm = _EvalLlm(list(range(150)))  # the live context shares 140 tokens: reuse is cut to 128
-    reused, _ = LlamaCppModel("m", state_cache=0)._prepare_prompt(llm, prompt, BUDGET.epoch)
+    model = LlamaCppModel("m", state_cache=0, prefix_cache=False)
+    model.prefix.decoded(150)  # as if a call of 150 prompt tokens had left them there
+    reused, _ = model._prepare_prompt(llm, prompt, BUDGET.epoch)
     assert reused == 128 and llm.chunks == [(128, 64), (192, 8)]
     assert llm.n_tokens == 200 and llm.input_ids[:200].tolist() == prompt
     failing = _EvalLlm(list(range(150)), fail_after_prefix=True)  # e.g. a state that did not load
-    reused, _ = LlamaCppModel("m", state_cache=0)._prepare_prompt(failing, prompt, BUDGET.epoch)
+    model = LlamaCppModel("m", state_cache=0, prefix_cache=False)
+    model.prefix.decoded(150)
+    reused, _ = model._prepare_prompt(failing, prompt, BUDGET.epoch)
     assert reused == 0 and failing.chunks == [(0, 64), (64, 64), (128, 64), (192, 8)]
 
 
@@ -271,7 +308,7 @@ def cached_run() -> list[tuple[Completion, int]]:
 def test_state_cache_skips_the_shared_prefix_after_an_interleaved_call(
     cached_run: list[tuple[Completion, int]],
 ) -> None:
-    uncached = _run(LlamaCppModel("uncached", state_cache=0), _SEQUENCE)
+    uncached = _run(LlamaCppModel("uncached", state_cache=0, prefix_cache=False), _SEQUENCE)
     (a, _), _, (a2, decoded_cached) = cached_run
     _, _, (a2_plain, decoded_plain) = uncached
     n = len(a2.prompt_token_ids or [])
@@ -295,7 +332,7 @@ def test_greedy_outputs_and_logprobs_are_identical_to_a_fresh_model(
     prompt (bit for bit, log-probs included)."""
     assert cached_run[2][0].extra["prompt_reused"] > 300  # the last call did load a state
     for messages, (done, _) in zip(_SEQUENCE, cached_run):
-        fresh = LlamaCppModel("fresh", state_cache=0)._complete_sync(messages, _GREEDY)
+        fresh = LlamaCppModel("fresh", state_cache=0, prefix_cache=False)._complete_sync(messages, _GREEDY)
         assert fresh.extra["prompt_reused"] == 0
         assert done.token_ids == fresh.token_ids and done.text == fresh.text
         assert done.logprobs == fresh.logprobs

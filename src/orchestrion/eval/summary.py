@@ -48,6 +48,15 @@ class StrategySummary:
     # how many ended with a correct final answer (None: no such episode)
     grounded_episodes: int = 0
     grounding_rate: float | None = None
+    # prompt tokens reused from a cached prefix / evaluated, over calls whose backend reports them
+    prompt_reused: int = 0
+    prompt_evaluated: int = 0
+
+    @property
+    def reuse_rate(self) -> float | None:
+        """Share of prompt tokens not evaluated again (None when no backend reported it)."""
+        total = self.prompt_reused + self.prompt_evaluated
+        return self.prompt_reused / total if total else None
 
 
 def run_info(store: TraceStore, run_id: str) -> dict[str, Any]:
@@ -83,11 +92,13 @@ def summarize(store: TraceStore, run_id: str) -> list[StrategySummary]:
     models = _span_counts(store, info["id"], ids, ("call",), "model")
     tools = _span_counts(store, info["id"], ids, ("tool", "agent"), "tool")
     code = config.get("dataset_kind") in CODE_KINDS
-    return [_summary(name, by_strategy[name], invalid, attempts, models, tools, code) for name in order]
+    reuse = store.prompt_reuse(info["id"])
+    return [_summary(name, by_strategy[name], invalid, attempts, models, tools, code, reuse) for name in order]
 
 
 def _summary(name: str, eps: list[dict[str, Any]], invalid: Counter[str], attempts: Counter[str],
-             models: dict[str, Counter[str]], tools: dict[str, Counter[str]], code: bool) -> StrategySummary:
+             models: dict[str, Counter[str]], tools: dict[str, Counter[str]], code: bool,
+             reuse: dict[str, tuple[int, int]]) -> StrategySummary:
     per_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for ep in eps:
         per_task[ep["task_id"]].append(ep)
@@ -114,6 +125,8 @@ def _summary(name: str, eps: list[dict[str, Any]], invalid: Counter[str], attemp
         statuses=dict(Counter(ep["status"] for ep in eps).most_common()),
         grounded_episodes=len(had),
         grounding_rate=sum(1 for ep in had if ep["meta"].get("correct")) / len(had) if had else None,
+        prompt_reused=sum(reuse.get(i, (0, 0))[0] for i in ids),
+        prompt_evaluated=sum(reuse.get(i, (0, 0))[1] for i in ids),
     )
 
 
@@ -177,7 +190,7 @@ def summary_table(summaries: list[StrategySummary], *, title: str = "") -> Table
     if code:
         for k in ks:
             table.add_column(f"pass@{k}", justify="right")
-    for name in ("grounding", "tokens in/out", "cost", "wall total / mean", "invalid actions"):
+    for name in ("grounding", "tokens in/out", "prompt reused", "cost", "wall total / mean", "invalid actions"):
         table.add_column(name, justify="right")
     table.add_column("models")
     table.add_column("tools")
@@ -189,6 +202,7 @@ def summary_table(summaries: list[StrategySummary], *, title: str = "") -> Table
         row += [
             "-" if s.grounding_rate is None else f"{s.grounding_rate:.2f} ({s.grounded_episodes})",
             f"{s.input_tokens}/{s.output_tokens}",
+            "-" if s.reuse_rate is None else f"{s.reuse_rate:.0%}",
             "unknown" if s.cost_usd is None else f"${s.cost_usd:.6f}",
             f"{s.wall_s:.1f}s / {s.mean_wall_s:.2f}s",
             f"{s.invalid_action_rate:.1%}",

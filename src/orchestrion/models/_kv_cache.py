@@ -25,6 +25,17 @@ Measured (KV in f16, so ``2 x n_layer x n_kv_heads x head_dim x 2`` bytes a toke
 
 With the default 4 states a model keeps at most 4 x n_ctx x bytes/token (1.5B at
 n_ctx 2048: 235 MB); ``max_bytes`` (1 GiB) bounds any configuration.
+
+**Pinned prefixes.** The states above are per-episode and come and go. The static head of
+a prompt (an orchestrator's system prompt, the synthesizer's and each agent's
+instructions: ``_prompts.Prompt``) is kept apart, *pinned*: ``pin`` holds up to
+``pin_capacity`` such states, which per-episode states never evict, and ``_kv_disk``
+writes each to disk so a new process starts warm.
+
+**Exact reuse.** A state records ``exact``: how many of its leading tokens were decoded in
+full, aligned prompt chunks. Only those are reused. Tokens of a partial last chunk or of the
+generated output were decoded in other batches, and llama.cpp's numbers depend on the batch,
+so reusing them would make a cached run differ from a fresh one.
 """
 
 from __future__ import annotations
@@ -41,11 +52,17 @@ SEQ_ID = 0
 
 @dataclass(eq=False)
 class KVState:
-    """The KV cells of sequence 0 and the token ids they hold."""
+    """The KV cells of sequence 0 and the token ids they hold; the first ``exact`` of them may
+    be reused (None: all of them)."""
 
     tokens: tuple[int, ...]
     data: Any  # a ctypes uint8 array (or bytes in tests)
     nbytes: int
+    exact: int | None = None
+
+    @property
+    def reusable_tokens(self) -> int:
+        return len(self.tokens) if self.exact is None else min(self.exact, len(self.tokens))
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
@@ -69,9 +86,12 @@ class PrefixStateCache:
     evicted first. Pure bookkeeping: saving and loading are ``save_state`` / ``load_state``."""
 
     def __init__(
-        self, capacity: int, *, margin: int = 32, min_tokens: int = 64, max_bytes: int = 1 << 30, align: int = 1
+        self, capacity: int, *, margin: int = 32, min_tokens: int = 64, max_bytes: int = 1 << 30, align: int = 1,
+        pin_capacity: int = 8,
     ) -> None:
         self.capacity = capacity
+        self.pin_capacity = pin_capacity
+        self._pinned: OrderedDict[tuple[int, ...], KVState] = OrderedDict()
         self.align = align
         self.margin = margin
         self.min_tokens = min_tokens
@@ -98,15 +118,47 @@ class PrefixStateCache:
         ``margin`` more reusable tokens (cut back to ``align``) than the live context does
         (``live_prefix``); marks it used."""
         best: tuple[KVState, int] | None = None
-        for entry in self._entries.values():
-            n = common_prefix(entry.tokens, prompt)
+        for entry in [*self._pinned.values(), *self._entries.values()]:
+            n = min(common_prefix(entry.tokens, prompt), entry.reusable_tokens)
             if best is None or n > best[1]:
                 best = (entry, n)
         gain = self.aligned(reusable(best[1], len(prompt))) if best else 0
         if best is None or gain < self.aligned(reusable(live_prefix, len(prompt))) + self.margin:
             return None
-        self._entries.move_to_end(self._key(best[0]))
+        if best[0].tokens in self._pinned and self._pinned[best[0].tokens] is best[0]:
+            self._pinned.move_to_end(best[0].tokens)
+        else:
+            self._entries.move_to_end(self._key(best[0]))
         return best
+
+    # -- pinned static prefixes ----------------------------------------------------------
+    def pinned(self, tokens: Sequence[int]) -> bool:
+        """Whether the state of exactly ``tokens`` is pinned."""
+        return tuple(tokens) in self._pinned
+
+    def pin(self, state: KVState) -> None:
+        """Keep ``state`` (a static prompt head) apart from the per-episode states: they never
+        evict it. Beyond ``pin_capacity`` the least recently used pinned state goes."""
+        if self.pin_capacity <= 0:
+            return
+        self._pinned[state.tokens] = state
+        self._pinned.move_to_end(state.tokens)
+        while len(self._pinned) > self.pin_capacity:
+            self._pinned.popitem(last=False)
+
+    def forget(self, state: KVState) -> bool:
+        """Drop ``state`` wherever it is kept; True when it was pinned."""
+        if self._pinned.get(state.tokens) is state:
+            del self._pinned[state.tokens]
+            return True
+        for key, entry in list(self._entries.items()):
+            if entry is state:
+                del self._entries[key]
+        return False
+
+    @property
+    def pinned_count(self) -> int:
+        return len(self._pinned)
 
     def _key(self, state: KVState) -> int:
         for key, entry in self._entries.items():
@@ -139,10 +191,12 @@ class PrefixStateCache:
 
     def clear(self) -> None:
         self._entries.clear()
+        self._pinned.clear()
 
 
-def save_state(llm: Any) -> KVState:
-    """Copy the KV cells of ``llm``'s live context (what ``llm.n_tokens`` tokens produced)."""
+def save_state(llm: Any, exact: int | None = None) -> KVState:
+    """Copy the KV cells of ``llm``'s live context (what ``llm.n_tokens`` tokens produced), of
+    which the first ``exact`` may be reused."""
     import llama_cpp
 
     ctx = llm.ctx
@@ -152,7 +206,7 @@ def save_state(llm: Any) -> KVState:
     if written == 0 or written > size:
         raise RuntimeError(f"llama_state_seq_get_data copied {written} of {size} bytes")
     n = int(llm.n_tokens)
-    return KVState(tokens=tuple(int(t) for t in llm.input_ids[:n]), data=buf, nbytes=written)
+    return KVState(tokens=tuple(int(t) for t in llm.input_ids[:n]), data=buf, nbytes=written, exact=exact)
 
 
 def load_state(llm: Any, state: KVState) -> None:

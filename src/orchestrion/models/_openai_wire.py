@@ -94,3 +94,16 @@ def logprobs(value: Any) -> list[float] | None:
     if not isinstance(content, list):
         return None
     return [float(t["logprob"]) for t in content if isinstance(t, dict) and isinstance(t.get("logprob"), (int, float))]
+
+
+def cached_prompt(usage: Any) -> dict[str, int]:
+    """``prompt_reused`` / ``prompt_evaluated`` from a server's ``usage.prompt_tokens_details.
+    cached_tokens`` (vLLM and SGLang with prefix caching, OpenAI); empty when it does not say."""
+    if not isinstance(usage, dict):
+        return {}
+    details = usage.get("prompt_tokens_details")
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    total = usage.get("prompt_tokens")
+    if not isinstance(cached, int) or not isinstance(total, int) or not 0 <= cached <= total:
+        return {}
+    return {"prompt_reused": cached, "prompt_evaluated": total - cached}

@@ -7,12 +7,16 @@ llama.cpp's threads spin at their barriers, so both slow down. Here every call
 registers itself as generating and takes ``max(1, total // busy)`` threads, re-checked
 between prompt chunks and between tokens; a model with a fixed ``n_threads`` keeps it.
 
-The total is ``$ORCHESTRION_THREADS`` when set, else ``os.cpu_count()`` less one core
-(``RESERVED_CORES``, at least 1 thread) left to the event loop, the Python sandbox and
-whatever else runs on the machine. The same count serves prompt batches
-(``n_threads_batch``) and decoding (``n_threads``). On a 2-core machine a lone model
-thus uses 1 thread for both (llama-cpp-python's own default had been 2 for prompt
-batches); ``ORCHESTRION_THREADS=2`` says the machine is otherwise idle.
+The total is ``$ORCHESTRION_THREADS`` when set, else the cores that other processes leave
+free, read when a call starts (:class:`CpuLoad`): the CPU time the whole machine spent
+since the last reading (``/proc/stat``, processes run under ``nice`` left out, as they
+yield to us) less this process's own (``/proc/self/stat``), in cores. A core counts as
+free when others use at most ``FREE_THRESHOLD`` of it, and at least 1 thread is used. An
+idle machine thus gives a lone model every core; one where anything else holds a core
+gives it the rest. Where ``/proc`` is missing, the 1-minute load average stands in. The
+same count serves prompt batches (``n_threads_batch``) and decoding (``n_threads``), and
+each Completion's ``extra["threads"]`` records it (a ``threads`` attribute on the call's
+span).
 
 Measured on the 2-core development machine (shared, so +-10 %), tokens/s for one model
 with a fixed thread count, idle and next to a process spinning on one core
@@ -38,10 +42,13 @@ every busy model taking all cores would oversubscribe them many times over.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from .._errors import ConfigError
 
@@ -60,14 +67,89 @@ def env_threads() -> int | None:
     return value
 
 
-# cores left to everything else (event loop, sandbox, other processes) when the total is not set
-RESERVED_CORES = 1
+# a core is free when other processes use at most this share of it: two threads on 2 cores lost
+# 1.4-3x as soon as anything else held a core (the table above)
+FREE_THRESHOLD = 0.3
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def free_threads(n_cores: int, others: float) -> int:
+    """Threads for a machine of ``n_cores`` where other processes use ``others`` cores."""
+    taken = max(0, math.ceil(others - FREE_THRESHOLD))
+    return max(1, min(n_cores, n_cores - taken))
+
+
+@dataclass(frozen=True)
+class _Sample:
+    wall: float
+    busy: int  # ticks the whole machine spent busy (nice time left out)
+    own: int  # ticks this process spent
+
+
+def _read_sample() -> _Sample | None:
+    try:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = fh.readline().split()
+        with open("/proc/self/stat", encoding="ascii") as fh:
+            mine = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 9:
+        return None
+    user, _nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    niced = os.getpriority(os.PRIO_PROCESS, 0) > 0  # then our own time is in the nice column
+    own = 0 if niced else int(mine[11]) + int(mine[12])  # utime, stime (fields 14 and 15)
+    return _Sample(time.monotonic(), user + system + irq + softirq + steal, own)
+
+
+class CpuLoad:
+    """How many cores other processes use, measured between readings at least ``window`` s apart."""
+
+    def __init__(self, window: float = 0.5, first_window: float = 0.1) -> None:
+        self.window = window
+        self.first_window = first_window
+        self._lock = threading.Lock()
+        self._last = _read_sample()
+        self._estimate: float | None = None
+        self._tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+    def others(self) -> float:
+        """Cores busy with other processes' work (0 when it cannot be told)."""
+        with self._lock:
+            now = _read_sample()
+            if now is None or self._last is None:
+                return self._from_loadavg()
+            span = now.wall - self._last.wall
+            if self._estimate is not None and span < self.window:
+                return self._estimate
+            if span < self.first_window:  # the first reading of this process: wait for a window
+                time.sleep(self.first_window - span)
+                now = _read_sample() or now
+                span = now.wall - self._last.wall
+            ticks = span * self._tick
+            self._estimate = max(0.0, (now.busy - self._last.busy - (now.own - self._last.own)) / ticks)
+            self._last = now
+            return self._estimate
+
+    @staticmethod
+    def _from_loadavg() -> float:
+        try:
+            return max(0.0, os.getloadavg()[0] - BUDGET.busy_count)
+        except OSError:
+            return 0.0
 
 
 def thread_total() -> int:
-    """Threads all embedded models share: ``$ORCHESTRION_THREADS``, else the CPU count less
-    ``RESERVED_CORES`` (at least 1)."""
-    return env_threads() or max(1, (os.cpu_count() or 1) - RESERVED_CORES)
+    """Threads all embedded models share: ``$ORCHESTRION_THREADS``, else the cores other
+    processes leave free now (:func:`free_threads`, at least 1)."""
+    return env_threads() or free_threads(cores(), LOAD.others())
 
 
 def thread_share(total: int, busy: int) -> int:
@@ -111,3 +193,4 @@ class ThreadBudget:
 
 
 BUDGET = ThreadBudget()
+LOAD = CpuLoad()

@@ -35,7 +35,8 @@ import orjson
 
 from .._errors import ConfigError, ModelError, ModelNotFoundError
 from ._cost import Price, cost_of
-from ._kv_cache import PrefixStateCache, common_prefix, load_state, reusable, save_state
+from ._kv_disk import prefix_cache_enabled
+from ._prefix import PrefixReuse
 from ._threads import BUDGET, env_threads
 from ._types import UNCONSTRAINED_MODES, Completion, GenerateConfig, Message, Usage
 from .pool import ModelSpec
@@ -96,6 +97,7 @@ class LlamaCppModel:
         lora_path: str | None = None,
         state_cache: int = 4,
         grammar: bool = True,
+        prefix_cache: bool | None = None,
     ) -> None:
         self.name = name
         # False: JSON actions are asked for in the prompt and parsed, never forced by a grammar
@@ -107,7 +109,10 @@ class LlamaCppModel:
         self.n_threads = n_threads
         self.price = price
         self.lora_path = lora_path
-        self.states = PrefixStateCache(state_cache, align=PROMPT_CHUNK)
+        # static prompt heads pinned in RAM and on disk (None: $ORCHESTRION_PREFIX_CACHE, default on)
+        self.prefix = PrefixReuse(name, state_cache, align=PROMPT_CHUNK,
+                                  pinning=prefix_cache_enabled() if prefix_cache is None else prefix_cache)
+        self.states = self.prefix.states
         self._llm: Any = None
         self._formatter: Any = None
         self._lock = threading.Lock()
@@ -165,48 +170,33 @@ class LlamaCppModel:
             self._threads_set = counts
         return epoch
 
-    def _reuse_prefix(self, llm: Any, prompt_ids: list[int]) -> int:
-        """Load the saved state sharing the longest prefix with the prompt when it beats the
-        live context; returns how many prompt tokens need not be evaluated again (never all:
-        the last one is always decoded, so sampling starts from fresh logits)."""
-        if llm._is_recurrent or llm._is_hybrid:  # their memory cannot be cut back to a prefix
-            llm.reset()
-            return 0
-        n_live = int(llm.n_tokens)
-        live = common_prefix(llm.input_ids[:n_live].tolist(), prompt_ids)
-        hit = self.states.best(prompt_ids, live)
-        if hit is not None:
-            try:
-                load_state(llm, hit[0])
-                live = hit[1]
-            except RuntimeError as exc:
-                log.warning("model '%s': %s; evaluating the whole prompt", self.name, exc)
-                return 0
-        return self.states.aligned(reusable(live, len(prompt_ids)))
-
     def _prepare_prompt(self, llm: Any, prompt_ids: list[int], epoch: int,
-                        cancel: threading.Event | None = None) -> tuple[int, int]:
-        """Reuse what can be reused and decode the rest of the prompt; returns the prompt tokens
-        reused and the budget epoch. Should decoding after a reused prefix fail, the context is
-        emptied and the whole prompt decoded again."""
-        reused = self._reuse_prefix(llm, prompt_ids)
+                        cancel: threading.Event | None = None, pin: int = 0) -> tuple[int, int]:
+        """Reuse what can be reused and decode the rest of the prompt, pinning its static head
+        (its first ``pin`` tokens) on the way when it is not pinned yet; returns the prompt
+        tokens reused and the budget epoch. Should decoding after a reused prefix fail, the
+        context is emptied and the whole prompt decoded again."""
+        reused = self.prefix.reuse(llm, prompt_ids, pin)
         try:
-            return reused, self._eval_prompt(llm, prompt_ids, reused, epoch, cancel)
+            epoch = self._eval_prompt(llm, prompt_ids, reused, epoch, cancel, pin)
         except RuntimeError as exc:
             if reused == 0:
                 raise
             log.warning("model '%s': decoding after a reused prefix failed (%s); decoding the whole prompt",
                         self.name, exc)
-        llm.reset()
-        return 0, self._eval_prompt(llm, prompt_ids, 0, epoch, cancel)
+            self.prefix.reset(llm)
+            reused, epoch = 0, self._eval_prompt(llm, prompt_ids, 0, epoch, cancel, pin)
+        self.prefix.decoded(len(prompt_ids))
+        return reused, epoch
 
     def _eval_prompt(self, llm: Any, prompt_ids: list[int], reused: int, epoch: int,
-                     cancel: threading.Event | None = None) -> int:
+                     cancel: threading.Event | None = None, pin: int = 0) -> int:
         """Decode the prompt after its first ``reused`` tokens (a multiple of PROMPT_CHUNK) in
         aligned chunks, taking the current thread share before each. ``generate(prompt_ids,
         reset=True)`` then finds the whole prompt in the live context, freshly decoded (so
         ``_requires_eval`` is false), and samples at once without decoding it again."""
         llm.n_tokens = reused  # eval() drops the KV cells after the kept prefix
+        pin_at = pin if pin > reused and self.prefix.needs_pin(prompt_ids, pin) else -1
         i = reused
         while i < len(prompt_ids):
             if cancel is not None and cancel.is_set():
@@ -216,21 +206,9 @@ class LlamaCppModel:
             end = min(len(prompt_ids), (i // PROMPT_CHUNK + 1) * PROMPT_CHUNK)
             llm.eval(prompt_ids[i:end])
             i = end
+            if i == pin_at:  # the live context holds exactly the static head
+                self.prefix.pin(llm)
         return epoch
-
-    def _remember(self, llm: Any, prompt_len: int) -> None:
-        """Save the live context's KV state (prompt + output) when it adds a new prefix."""
-        tokens = llm.input_ids[: int(llm.n_tokens)].tolist()
-        if llm._is_recurrent or llm._is_hybrid or not self.states.wants(tokens, prompt_len):
-            return
-        try:
-            state = save_state(llm)
-        except RuntimeError as exc:
-            log.warning("model '%s': %s; state not kept", self.name, exc)
-            return
-        self.states.put(state)
-        log.debug("model '%s': kept a KV state of %d tokens, %d bytes (%d states, %d bytes)",
-                  self.name, len(state.tokens), state.nbytes, len(self.states), self.states.nbytes)
 
     def _grammar(self, schema: dict[str, Any]) -> Any:
         key = orjson.dumps(schema, option=orjson.OPT_SORT_KEYS).decode()
@@ -245,10 +223,13 @@ class LlamaCppModel:
 
     def prompt_ids(self, messages: Sequence[Message]) -> list[int]:
         """The exact token ids the model sees for ``messages`` (chat template applied)."""
+        return self._prompt(messages)[1]
+
+    def _prompt(self, messages: Sequence[Message]) -> tuple[str, list[int]]:
         self._load()
-        prompt = self._formatter(messages=list(messages)).prompt
+        prompt: str = self._formatter(messages=list(messages)).prompt
         ids: list[int] = self._llm.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
-        return ids
+        return prompt, ids
 
     def _complete_sync(self, messages: Sequence[Message], config: GenerateConfig,
                        cancel: threading.Event | None = None) -> Completion:
@@ -258,7 +239,7 @@ class LlamaCppModel:
                 return _cancelled(self.name, start)
             self._load()
             llm = self._llm
-            prompt_ids = self.prompt_ids(messages)
+            prompt, prompt_ids = self._prompt(messages)
             room = self.n_ctx - config.max_tokens
             if len(prompt_ids) > room:
                 raise ModelError(
@@ -268,16 +249,18 @@ class LlamaCppModel:
             grammar = self._grammar(config.json_schema) if config.json_schema and self.constrains_json else None
             if config.seed is not None:
                 llm.set_seed(config.seed)
+            pin = self.prefix.pin_point(llm, messages, prompt, prompt_ids)
             with BUDGET.generating():
                 epoch = self._apply_threads(llm)
+                threads = self._threads_set
                 try:
-                    reused, epoch = self._prepare_prompt(llm, prompt_ids, epoch, cancel)
+                    reused, epoch = self._prepare_prompt(llm, prompt_ids, epoch, cancel, pin)
                 except _Cancelled:
-                    llm.reset()  # the context holds part of a prompt: never reuse it
+                    self.prefix.reset(llm)  # the context holds part of a prompt: never reuse it
                     return _cancelled(self.name, start)
                 out_ids, logprobs, finish = self._generate(llm, prompt_ids, config, grammar, epoch, cancel)
             if finish != "cancelled":
-                self._remember(llm, len(prompt_ids))
+                self.prefix.remember(llm, len(prompt_ids))
             text = llm.detokenize(out_ids).decode("utf-8", errors="ignore")
         for s in config.stop:
             if s in text:
@@ -298,7 +281,7 @@ class LlamaCppModel:
             token_ids=out_ids,
             logprobs=logprobs if config.logprobs else None,
             structured_mode="grammar" if grammar is not None else None,
-            extra={"prompt_reused": reused, "prompt_evaluated": len(prompt_ids) - reused},
+            extra={"prompt_reused": reused, "prompt_evaluated": len(prompt_ids) - reused, "threads": threads[0]},
         )
 
     def _generate(
@@ -396,4 +379,5 @@ def from_spec(spec: ModelSpec) -> LlamaCppModel:
         lora_path=spec.lora_path,
         state_cache=spec.state_cache,
         grammar=spec.structured not in UNCONSTRAINED_MODES,
+        prefix_cache=spec.prefix_cache,
     )

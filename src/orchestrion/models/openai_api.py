@@ -275,7 +275,7 @@ class OpenAIAPIModel:
             text, self.name, self._usage(obj.get("usage")), time.perf_counter() - start, finish,
             prompt_token_ids=wire.ints(prompt_ids), token_ids=wire.ints(choice.get("token_ids")),
             logprobs=wire.logprobs(choice.get("logprobs")) if config.logprobs else None,
-            structured_mode=mode, extra={"server_model": obj.get("model")},
+            structured_mode=mode, extra={"server_model": obj.get("model"), **wire.cached_prompt(obj.get("usage"))},
         )
 
     def _usage(self, usage: Any) -> Usage:
@@ -327,7 +327,7 @@ class OpenAIAPIModel:
         handle.completion = Completion(
             "".join(pieces), self.name, self._usage(usage), time.perf_counter() - start, finish,
             token_ids=token_ids or None, logprobs=logprobs if config.logprobs else None,
-            structured_mode=mode, extra={"ttft_s": ttft},
+            structured_mode=mode, extra={"ttft_s": ttft, **wire.cached_prompt(usage)},
         )
 
 

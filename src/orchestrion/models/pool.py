@@ -79,6 +79,12 @@ class ModelSpec(BaseModel):
         description="llama-cpp only: KV states of recent prompts kept in RAM, so a prefix shared with any of "
                     "them is not processed again (0 = reuse only the previous call's prefix)",
     )
+    prefix_cache: bool | None = Field(
+        default=None,
+        description="llama-cpp only: evaluate each static prompt head (system prompt, role instructions) once, "
+                    "keep its KV state pinned in RAM and on disk in the user cache, so later episodes and new "
+                    "processes start from it (unset = $ORCHESTRION_PREFIX_CACHE, on by default)",
+    )
     n_ctx: int | None = Field(default=None, gt=0)
     lora_path: str | None = Field(
         default=None,

@@ -32,6 +32,8 @@ OptionsT = TypeVar("OptionsT", bound=StrategyOptions)
 ORCHESTRATOR_CONFIG = GenerateConfig(max_tokens=384, temperature=0.0, logprobs=True)
 Role = Literal["decision", "synthesis", "agent"]
 MAX_RESULTS_KEPT = 64
+# Completion.extra entries copied onto the call's span
+CALL_EXTRAS = ("prompt_reused", "prompt_evaluated", "threads")
 
 
 REPAIR_TEMPERATURE = 0.7
@@ -176,6 +178,8 @@ class RunContext:
                 latency_s=completion.latency_s,
                 finish_reason=completion.finish_reason,
                 structured_mode=completion.structured_mode,
+                # prefix reuse and threads, where the backend reports them (models/_prefix.py, _threads.py)
+                **{k: completion.extra[k] for k in CALL_EXTRAS if k in completion.extra},
             )
             span.charge(completion.usage)
             self.budget.charge(completion.usage)

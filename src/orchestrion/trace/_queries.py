@@ -245,6 +245,16 @@ class TraceQueries:
             "JOIN episodes e ON e.id = d.episode_id WHERE e.run_id = ? GROUP BY d.episode_id", (run_id,))
         return {r["ep"]: (int(r["bad"] or 0), int(r["n"])) for r in rows}
 
+    def prompt_reuse(self, run_id: str) -> dict[str, tuple[int, int]]:
+        """Per episode of the run: prompt tokens its model calls reused from a cached prefix, and
+        prompt tokens they evaluated (calls whose backend reports neither are left out)."""
+        rows = self.query(
+            "SELECT s.episode_id AS ep, SUM(json_extract(s.attrs, '$.prompt_reused')) AS reused, "
+            "SUM(json_extract(s.attrs, '$.prompt_evaluated')) AS evaluated FROM spans s "
+            "JOIN episodes e ON e.id = s.episode_id WHERE e.run_id = ? AND s.kind = 'call' "
+            "AND json_extract(s.attrs, '$.prompt_evaluated') IS NOT NULL GROUP BY 1", (run_id,))
+        return {r["ep"]: (int(r["reused"] or 0), int(r["evaluated"] or 0)) for r in rows}
+
     def span_label_counts(self, run_id: str, kinds: Sequence[str], attr: str) -> dict[str, Counter[str]]:
         """Per episode of the run: how many spans of ``kinds`` carry each label, the label being
         the span's ``attrs[attr]`` or, without one, its name."""

@@ -28,6 +28,10 @@ def _label(span: dict[str, Any], t0: float) -> str:
         detail = f"{model} args={_short(attrs.get('args'))} → {_short(shown, 60)}"
     elif span["kind"] == "call":
         detail = f" [{attrs.get('purpose', '')}] → {_short(attrs.get('output'))}"
+        if attrs.get("prompt_evaluated") is not None:
+            threads = f", {attrs['threads']} threads" if attrs.get("threads") else ""
+            detail += (f" (prompt: {attrs['prompt_evaluated']} evaluated, {attrs.get('prompt_reused', 0)} reused"
+                       f"{threads})")
     elif span["kind"] == "decision":
         detail = f" valid={attrs.get('valid')} attempts={attrs.get('attempts')}"
     tokens = f"{span['input_tokens']}+{span['output_tokens']} tok"

@@ -1,0 +1,197 @@
+"""Pinned static prefixes and load-aware threads, against today's behaviour, side by side.
+
+Part 1 (``--episodes N``, default 3): ``orchestrion run`` of para on the local pool, each in a
+fresh process, in three modes taken in turn for each task so that machine noise falls on all
+of them alike:
+
+* ``before``: prefix cache off and 1 thread (``ORCHESTRION_PREFIX_CACHE=off
+  ORCHESTRION_THREADS=1``), the behaviour before pinned prefixes and load-aware threads;
+* ``threads``: prefix cache off, threads chosen by load (what threads alone give);
+* ``warm``: both on, with the pinned heads already on disk (one priming run writes them
+  first, into the bench's own cache folder).
+
+From each episode's trace it prints, per role (decision / synthesis / agent), the prompt
+tokens evaluated and reused and the seconds spent, the first decision's prompt tokens
+evaluated, and the episode's wall time, with the ratios ``before / warm``.
+
+Part 2 (``--eval N``, default 0): ``orchestrion eval --strategies direct,para`` on N 3-digit
+products (seed 7) in one process, first with the ``before`` settings and then warm, each
+pool made fresh. Prints accuracy, wall time end to end and prompt tokens reused, and the
+speed-up. Resumable: run ids are kept in ``OUT/state.json``, and a run cut short is finished
+(``eval --resume``) when the script is started again.
+
+    .venv/bin/python bench/prefix_cache.py                   # part 1, 3 tasks
+    .venv/bin/python bench/prefix_cache.py --episodes 0 --eval 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
+from orchestrion.models.pool import PoolConfig
+
+TASKS = ["What is 12*13?", "What is 347*29?", "What is 5832/24?", "What is 918-457+36?", "What is 64*64?"]
+MODES: dict[str, dict[str, str]] = {
+    "before": {"ORCHESTRION_PREFIX_CACHE": "off", "ORCHESTRION_THREADS": "1"},
+    "threads": {"ORCHESTRION_PREFIX_CACHE": "off"},
+    "warm": {"ORCHESTRION_PREFIX_CACHE": "on"},
+}
+
+
+def role(purpose: str) -> str:
+    if purpose.startswith("round") or purpose.startswith("decision"):
+        return "decision"
+    return "synthesis" if purpose.startswith("synthesis") else "agent"
+
+
+def run_episode(task: str, env: dict[str, str], db: Path) -> dict[str, Any]:
+    """One para episode in a fresh process; its per-role prompt figures from the trace."""
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrion", "run", task, "--pool", "local", "--strategy", "para",
+         "--set", "max_rounds=3", "--json"],
+        capture_output=True, text=True, env={**os.environ, **env, "ORCHESTRION_DB": str(db)}, timeout=900)
+    process_s = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"orchestrion run failed ({proc.returncode}): {proc.stderr.strip()[-400:]}")
+    out = json.loads(proc.stdout)
+    store = TraceStore(db)
+    try:
+        calls = store.spans(out["trace_id"], kinds=["call"])
+    finally:
+        store.close()
+    roles: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    first: int | None = None
+    threads: set[int] = set()
+    for span in calls:
+        attrs = orjson.loads(span["attrs"] or "{}")
+        r = roles[role(attrs.get("purpose", ""))]
+        r["evaluated"] += attrs.get("prompt_evaluated", 0)
+        r["reused"] += attrs.get("prompt_reused", 0)
+        r["seconds"] += (span["ended"] or span["started"]) - span["started"]
+        r["calls"] += 1
+        if attrs.get("threads"):
+            threads.add(int(attrs["threads"]))
+        if first is None and role(attrs.get("purpose", "")) == "decision":
+            first = int(attrs.get("prompt_evaluated", 0))
+    return {"answer": out["answer"], "wall": out["wall_s"], "process": process_s, "roles": roles,
+            "first_decision_evaluated": first or 0, "threads": sorted(threads)}
+
+
+def part1(n: int, out: Path) -> None:
+    kv = out / "kv"
+    base = {"ORCHESTRION_PREFIX_CACHE_DIR": str(kv)}
+    db = out / "episodes.db"
+    print(f"priming the pinned heads in {kv} ...", file=sys.stderr)
+    run_episode("What is 2*3?", {**base, **MODES["warm"]}, db)
+    results: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for task in TASKS[:n]:
+        for mode, env in MODES.items():
+            res = run_episode(task, {**base, **env}, db)
+            results[mode].append(res)
+            print(f"  {mode:8s} {task!r}: wall {res['wall']:.1f}s, first decision evaluated "
+                  f"{res['first_decision_evaluated']} tokens, threads {res['threads']}, answer {res['answer']!r}",
+                  file=sys.stderr)
+    print(f"\npara on the local pool, {n} tasks, each mode in fresh processes (sums over the tasks)\n")
+    print("| mode | role | calls | prompt evaluated | prompt reused | seconds |")
+    print("|---|---|---|---|---|---|")
+    for mode, runs in results.items():
+        for r in ("decision", "synthesis", "agent"):
+            rows = [x["roles"][r] for x in runs if r in x["roles"]]
+            if rows:
+                print(f"| {mode} | {r} | {sum(x['calls'] for x in rows):.0f} | {sum(x['evaluated'] for x in rows):.0f} "
+                      f"| {sum(x['reused'] for x in rows):.0f} | {sum(x['seconds'] for x in rows):.1f} |")
+    print("\n| mode | first decision: prompt evaluated | episode wall (run line) | process wall | answers |")
+    print("|---|---|---|---|---|")
+    for mode, runs in results.items():
+        print(f"| {mode} | {sum(x['first_decision_evaluated'] for x in runs)} | {sum(x['wall'] for x in runs):.1f}s "
+              f"| {sum(x['process'] for x in runs):.1f}s | {', '.join(x['answer'] for x in runs)} |")
+    b, w = results["before"], results["warm"]
+    fb, fw = sum(x["first_decision_evaluated"] for x in b), sum(x["first_decision_evaluated"] for x in w)
+    print(f"\nbefore / warm: first decision's prompt tokens evaluated {fb}/{fw} = {fb / max(1, fw):.1f}x fewer; "
+          f"episode wall {sum(x['wall'] for x in b) / max(1e-9, sum(x['wall'] for x in w)):.2f}x; "
+          f"process wall {sum(x['process'] for x in b) / max(1e-9, sum(x['process'] for x in w)):.2f}x")
+
+
+def pool_factory(before: bool) -> Any:
+    def make() -> Pool:
+        base = Pool.preset("local").config
+        update = {"prefix_cache": False, "n_threads": 1} if before else {"prefix_cache": True}
+        models = [m.model_copy(update=update) for m in base.models]
+        return Pool(PoolConfig.model_validate({**base.model_dump(), "models": [m.model_dump() for m in models]}),
+                    source="preset 'local'" + (" (before: prefix cache off, 1 thread)" if before else ""))
+    return make
+
+
+async def part2(n: int, out: Path) -> None:
+    from orchestrion.eval.runner import Observer
+
+    state_path = out / "state.json"
+    state: dict[str, Any] = json.loads(state_path.read_text()) if state_path.is_file() else {}
+    store = TraceStore(out / "eval.db")
+    rows = []
+    for label, before in (("before", True), ("warm", False)):
+        key = f"eval/{label}/{n}"
+        config = EvalConfig(dataset="bigbench:arithmetic/3_digit_multiplication", strategies=["direct", "para"],
+                            limit=n, seed=7, pool="local")
+
+        class Remember(Observer):
+            def __init__(self, key: str) -> None:
+                self.key = key
+
+            def started(self, run_id: str, tally: Any, resumed: bool) -> None:
+                state.setdefault(self.key, {"run_id": run_id, "wall_s": 0.0})
+                state_path.write_text(json.dumps(state, indent=1))
+
+        entry = state.get(key)
+        if entry is None or not entry.get("done"):
+            started = time.perf_counter()
+            try:
+                result = await run_eval(config, store, resume=entry["run_id"] if entry else None,
+                                        pool=pool_factory(before), observer=Remember(key))
+            finally:  # the time of every part counts, a cut-short one included
+                state[key]["wall_s"] += time.perf_counter() - started
+                state_path.write_text(json.dumps(state, indent=1))
+            state[key]["done"] = bool(result.run_id)
+            state_path.write_text(json.dumps(state, indent=1))
+        summaries = summarize(store, state[key]["run_id"])
+        rows.append((label, state[key]["wall_s"], summaries))
+    print(f"\neval direct,para on {n} 3-digit products (seed 7), local pool, one process\n")
+    print("| mode | strategy | accuracy | episodes | episode wall total | prompt reused |")
+    print("|---|---|---|---|---|---|")
+    for label, _, summaries in rows:
+        for s in summaries:
+            reuse = "-" if s.reuse_rate is None else f"{s.reuse_rate:.0%}"
+            print(f"| {label} | {s.strategy} | {s.accuracy:.2f} ± {s.stderr:.2f} | {s.episodes} | {s.wall_s:.0f}s "
+                  f"| {reuse} |")
+    (_, wb, _), (_, ww, _) = rows
+    print(f"\nend to end: before {wb:.0f}s, warm {ww:.0f}s = {wb / max(1e-9, ww):.2f}x faster")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--episodes", type=int, default=3, help=f"part 1: tasks (at most {len(TASKS)}; 0 = skip)")
+    ap.add_argument("--eval", type=int, default=0, metavar="N", help="part 2: eval on N 3-digit products (0 = skip)")
+    ap.add_argument("--out", type=Path, default=Path("bench/out/prefix_cache"))
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.episodes:
+        part1(min(args.episodes, len(TASKS)), args.out)
+    if args.eval:
+        asyncio.run(part2(args.eval, args.out))
+
+
+if __name__ == "__main__":
+    main()
