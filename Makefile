@@ -46,11 +46,21 @@ demo: $(VENV)/.stamp-embedded
 
 # The python tool's strongest isolation is bubblewrap: installed when apt works here (root, as in CI),
 # otherwise the sandbox uses its own namespace fallback and says so in each result.
+# bubblewrap for the python sandbox (as root, with apt): waits up to 2 minutes for another apt or
+# dpkg that holds the lock, refreshes the package lists once if the package is not found, and says
+# which isolation the tests will use either way.
+APT := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 -o Acquire::Retries=3 -y -q
 sandbox-backend:
-	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
-	  { apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
-	    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q bubblewrap >/dev/null 2>&1; }; }; } || \
-	  echo "note: bubblewrap not installed; the python sandbox uses its namespace fallback"
+	@if ! command -v bwrap >/dev/null 2>&1 && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  $(APT) install bubblewrap >/tmp/orchestrion-apt.log 2>&1 || \
+	  { $(APT) update >>/tmp/orchestrion-apt.log 2>&1 && $(APT) install bubblewrap >>/tmp/orchestrion-apt.log 2>&1; } || \
+	  echo "note: apt-get could not install bubblewrap: $$(tail -n 1 /tmp/orchestrion-apt.log)"; \
+	fi
+	@if command -v bwrap >/dev/null 2>&1; then \
+	  echo "sandbox: $$(bwrap --version 2>/dev/null || echo bubblewrap) found: the python sandbox uses bwrap isolation"; \
+	else \
+	  echo "note: bubblewrap not installed; the python sandbox uses its namespace fallback and its bwrap tests skip"; \
+	fi
 
 test: $(VENV)/.stamp-data sandbox-backend
 	$(VENV)/bin/ruff check src tests bench

@@ -288,7 +288,7 @@ async def test_no_environment_or_file_descriptor_leaks(
     ("bomb", "sign"),
     [
         ("open('big', 'wb').write(b'x' * (64 * 1024 * 1024))", "File too large"),  # RLIMIT_FSIZE
-        ("import os\nfor i in range(64):\n    open(f'/tmp/f{i}', 'wb').write(b'x' * 1024 * 1024)", "No space left"),
+        ("import os\nfor i in range(100):\n    open(f'/tmp/f{i}', 'wb').write(b'x' * 1024 * 1024)", "No space left"),
         ("x = bytearray(3 * 1024**3)", "MemoryError"),
         (
             "import threading, time\n"
@@ -309,3 +309,103 @@ async def test_the_tool_records_its_isolation(isolation: _sandbox.Isolation) -> 
     tool = PythonTool(isolation=isolation)
     result = await ToolRegistry([tool]).call("python", {"code": "print(open('/proc/1/cmdline').read()[:5])"})
     assert result.data["isolation"] == isolation and "isolation_warning" not in result.data
+    assert result.data["limits"]["memory_mb"] == 512 and result.data["limits"]["enforced_by"] in (
+        "cgroup-v2", "cgroup-v1", "accounted")
+
+
+# -- limits for the whole call (issue 22): every process and file of a call together ---------------------
+def _cgroups_here() -> bool:
+    from orchestrion.tools import _limits
+
+    made = _limits.create(64, 8, 8)
+    _limits.release(made)
+    return made.mode != "accounted"
+
+
+ENFORCEMENT = pytest.mark.parametrize("enforcement", [
+    "accounted",
+    pytest.param("cgroup", marks=pytest.mark.skipif(
+        not _cgroups_here(), reason="no cgroup to make here (v2 with memory+pids delegated to us, or v1 as root)")),
+])
+
+FORK_MEMORY = (  # six children of 400 MB each under memory_mb=512: 2.4 GB if each is only limited on its own
+    "import os, time\n"
+    "kids = []\n"
+    "for i in range(6):\n"
+    "    pid = os.fork()\n"
+    "    if pid == 0:\n"
+    "        x = bytearray(400 * 1024 * 1024)\n"
+    "        time.sleep(3)\n"
+    "        os._exit(0)\n"
+    "    kids.append(pid)\n"
+    "print('ALL HELD', [os.waitpid(k, 0)[1] for k in kids])\n"
+)
+
+
+@ISOLATION
+@ENFORCEMENT
+async def test_forked_memory_is_limited_for_the_whole_call(isolation: _sandbox.Isolation, enforcement: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrion.tools import _limits
+
+    monkeypatch.setattr(_limits, "CGROUPS_ENABLED", enforcement == "cgroup")
+    result = await run_sandboxed(FORK_MEMORY, timeout_s=8, isolation=isolation, memory_mb=512)
+    assert "ALL HELD" not in result.stdout and result.exit_code != 0 and not result.timed_out, result
+    assert result.limit_breach is not None and "memory limit of 512 MB" in result.limit_breach
+    assert result.limits["enforced_by"] == ("accounted" if enforcement == "accounted" else result.limits["enforced_by"])
+    assert (result.limits["enforced_by"] == "accounted") == (enforcement == "accounted")
+    assert result.limits["memory_mb"] == 512
+
+
+@ISOLATION
+async def test_many_files_are_limited_for_the_whole_call(isolation: _sandbox.Isolation) -> None:
+    code = (
+        "import os\n"
+        "written = 0\n"
+        "try:\n"
+        "    for i in range(70):\n"
+        "        with open(f'f{i}', 'wb') as fh:\n"
+        "            fh.write(b'x' * (15 * 1024 * 1024))\n"
+        "        written += 1\n"
+        "finally:\n"
+        "    print('WRITTEN', written)\n"
+    )
+    result = await run_sandboxed(code, timeout_s=8, isolation=isolation, disk_mb=100)
+    assert result.exit_code != 0 and "No space left" in result.stderr, result.stderr[-500:]
+    assert int(result.stdout.split("WRITTEN ")[1]) <= 6  # 100 MB of scratch: six files of 15 MB at most
+    assert result.limits["disk_mb"] == 100 and "tmpfs" in result.limits["disk"]
+
+
+@ISOLATION
+async def test_the_work_dir_and_tmp_share_one_disk_limit(isolation: _sandbox.Isolation) -> None:
+    import tempfile
+
+    if not tempfile.gettempdir().startswith("/tmp"):
+        pytest.skip("the work directory is not under /tmp here: it gets a tmpfs of its own")
+    code = (
+        "import os\n"
+        "for where in ('a', 'b', 'c', '/tmp/a', '/tmp/b', '/tmp/c', '/tmp/d'):\n"
+        "    open(where, 'wb').write(b'x' * (15 * 1024 * 1024))\n"
+        "    print('OK', where)\n"
+    )
+    result = await run_sandboxed(code, timeout_s=8, isolation=isolation, disk_mb=64)
+    assert "No space left" in result.stderr, result.stderr[-500:]
+    assert result.stdout.splitlines() == ['OK a', 'OK b', 'OK c', 'OK /tmp/a']  # 64 MB in all, not 64 MB each
+
+
+@ISOLATION
+async def test_no_user_namespace_can_be_made_inside(isolation: _sandbox.Isolation) -> None:
+    code = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print('UNSHARE', libc.unshare(0x10000000), ctypes.get_errno())\n"  # CLONE_NEWUSER
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os._exit(10 if libc.unshare(0x10000000) == 0 else 0)\n"
+        "print('CHILD', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
+        "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('CapEff')][0])\n"
+    )
+    result = await run(code, isolation)
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("UNSHARE -1 "), result.stdout + result.stderr  # refused (ENOSPC or EPERM)
+    assert lines[1] == "CHILD 0" and int(lines[2], 16) == 0

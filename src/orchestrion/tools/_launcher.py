@@ -16,9 +16,13 @@ The config names a backend:
 ``namespaces``
     Unshare mount, PID and network namespaces (plus a user namespace when not
     root), cover every top-level directory that is not a system one with an
-    empty tmpfs, bind back the interpreter and the working directory, make every
-    other mount read-only, then fork PID 1 of the new PID namespace, which mounts
-    a fresh ``/proc``, drops to the throw-away uid and runs the code as PID 2.
+    empty tmpfs (``/tmp``'s sized as the call's disk limit), bind back the
+    interpreter, make the working directory fresh scratch space with the program
+    copied in, make every other mount read-only, then fork PID 1 of the new PID
+    namespace, which mounts a fresh ``/proc``, drops to the throw-away uid, forbids
+    nested user namespaces and runs the code as PID 2.
+
+Every backend first joins the call's cgroup(s), when :mod:`._limits` made any.
 
 A setup failure exits 125 with one line on stderr starting ``orchestrion-sandbox:``.
 """
@@ -39,7 +43,7 @@ SETUP_FAILED = 125
 _NEWNS, _NEWUSER, _NEWPID, _NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 _RDONLY, _NOSUID, _NODEV, _NOEXEC, _REMOUNT, _BIND, _REC, _PRIVATE = 1, 2, 4, 8, 0x20, 0x1000, 0x4000, 0x40000
 _KEPT = {"nosuid": _NOSUID, "nodev": _NODEV, "noexec": _NOEXEC}
-_PR_SET_PDEATHSIG, _PR_SET_NO_NEW_PRIVS = 1, 38
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -71,6 +75,57 @@ def _limits(cfg: Config) -> None:
         resource.setrlimit(resource.RLIMIT_NPROC, (cfg["nproc"],) * 2)
 
 
+def _join_cgroup(cfg: Config) -> None:
+    """Enter the call's cgroup(s) first: every process of the call is born inside."""
+    for path in cfg.get("cgroup_procs") or []:
+        with open(path, "w", encoding="ascii") as fh:
+            fh.write(str(os.getpid()))
+
+
+def _read_main(cfg: Config) -> bytes:
+    with open(cfg["main"], "rb") as fh:
+        return fh.read()
+
+
+def _scratch(cfg: Config, program: bytes) -> None:
+    """The work directory as fresh scratch space, never the host's: inside /tmp's size-limited
+    tmpfs, or a tmpfs of its own; the program is copied in."""
+    workdir, uid = cfg["workdir"], cfg["uid"]
+    os.makedirs(workdir, mode=0o700, exist_ok=True)
+    if not workdir.startswith("/tmp/"):
+        _mount("tmpfs", workdir, "tmpfs", _NOSUID | _NODEV, f"mode=0700,size={cfg['disk_mb']}m")
+    main = os.path.join(workdir, "main.py")
+    fd = os.open(main, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        view = memoryview(program)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    if uid is not None:
+        os.chown(workdir, uid, uid)
+        os.chown(main, uid, uid)
+    os.chmod(workdir, 0o700)
+
+
+def _forbid_nested_userns(uid: int | None) -> None:
+    """No user namespace can be made inside the sandbox: ``max_user_namespaces`` = 0 in the
+    sandbox's own user namespace (as root, one is made for it here, mapping its uid to itself),
+    as bubblewrap's ``--disable-userns`` does. A host where even this one cannot be made allows
+    none to the sandbox's uid anyway."""
+    if uid is not None:
+        _libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)  # a changed uid is not dumpable: /proc/self/*_map refuse it
+        try:
+            _unshare(_NEWUSER)
+        except OSError:
+            _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+            return
+        _map_user(uid, uid)
+    with open("/proc/sys/user/max_user_namespaces", "w", encoding="ascii") as fh:
+        fh.write("0")
+    _libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)  # the code cannot ptrace this PID 1 and its namespace powers
+
+
 def _mount_points() -> list[tuple[str, int]]:
     """Every mount point with the nosuid/nodev/noexec flags to keep, from mountinfo."""
     with open("/proc/self/mountinfo", encoding="utf-8") as fh:
@@ -87,7 +142,8 @@ def _cover(cfg: Config) -> None:
     _mount(None, "/", None, _REC | _PRIVATE)  # nothing below reaches the host
     fds = [(os.open(path, os.O_PATH | os.O_DIRECTORY), path) for path in cfg["binds"]]
     for path, mode in cfg["covers"]:
-        _mount("tmpfs", path, "tmpfs", _NOSUID | _NODEV, f"mode={mode},size={cfg['tmpfs_mb']}m")
+        size = cfg["disk_mb"] if path == "/tmp" else cfg["tmpfs_mb"]  # /tmp is the call's scratch space
+        _mount("tmpfs", path, "tmpfs", _NOSUID | _NODEV, f"mode={mode},size={size}m")
     for fd, path in fds:
         os.makedirs(path, exist_ok=True)
         _mount(f"/proc/self/fd/{fd}", path, None, _BIND | _REC)
@@ -143,6 +199,7 @@ def _init(cfg: Config) -> NoReturn:
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # die with the launcher
     _mount("proc", "/proc", "proc", _NOSUID | _NODEV | _NOEXEC)
     _drop(cfg["uid"])
+    _forbid_nested_userns(cfg["uid"])
     os.chdir(cfg["workdir"])
     if (child := os.fork()) == 0:
         try:
@@ -159,7 +216,9 @@ def _namespaces(cfg: Config) -> NoReturn:
     _unshare(_NEWNS | _NEWPID | _NEWNET | (0 if root else _NEWUSER))
     if not root:
         _map_user(uid, gid)
+    program = _read_main(cfg)
     _cover(cfg)
+    _scratch(cfg, program)
     _read_only({cfg["workdir"], *cfg["writable"]})
     if (init := os.fork()) == 0:
         try:
@@ -170,12 +229,14 @@ def _namespaces(cfg: Config) -> NoReturn:
 
 
 def _bwrap(cfg: Config) -> NoReturn:
+    program = os.open(cfg["main"], os.O_RDONLY)  # inherited by bwrap, which copies it into the scratch work dir
+    os.set_inheritable(program, True)
     if os.geteuid() == 0:  # make the interpreter reachable by the throw-away uid
         _unshare(_NEWNS)
         _cover(cfg)
     _drop(cfg["uid"])
-    os.chdir(cfg["workdir"])
-    argv = [*cfg["bwrap"], "--", *cfg["argv"]]
+    os.chdir("/")
+    argv = [*cfg["bwrap"], "--file", str(program), os.path.join(cfg["workdir"], "main.py"), "--", *cfg["argv"]]
     os.execve(argv[0], argv, cfg["env"])
 
 
@@ -187,6 +248,7 @@ def _limits_only(cfg: Config) -> NoReturn:
 def main() -> None:
     cfg = json.loads(sys.argv[1])
     try:
+        _join_cgroup(cfg)
         _limits(cfg)
         {"bwrap": _bwrap, "namespaces": _namespaces}.get(cfg["backend"], _limits_only)(cfg)
     except OSError as exc:

@@ -5,14 +5,17 @@ Three isolations, strongest first; ``auto`` takes the first that works on this h
 
 ``bwrap``
     bubblewrap (Debian's ``bwrap``): new user, mount, PID, network, IPC and UTS
-    namespaces; the code sees only ``/usr``, ``/etc``, the interpreter, its working
-    directory, a fresh ``/proc`` and ``/dev``, and empty tmpfs ``/tmp``; no host
-    socket, file or process is reachable. No new privileges.
+    namespaces; the code sees only ``/usr``, ``/etc``, the interpreter, a fresh ``/proc``
+    and ``/dev``, and its scratch space: an empty size-limited tmpfs ``/tmp`` that holds the
+    working directory (the program copied in); no host socket, file or process is
+    reachable. No new privileges, no user namespaces (``--disable-userns``).
 ``namespaces``
     The launcher (:mod:`._launcher`) does it itself with ``unshare(2)``: fresh
     tmpfs over ``/tmp``, ``/run``, ``/dev/shm``, the home directories and every other
     non-system top-level directory, all remaining mounts read-only, a fresh
-    ``/proc`` for its PID namespace, a network namespace with no interface up.
+    ``/proc`` for its PID namespace, a network namespace with no interface up. The
+    working directory is scratch space as under bwrap, and ``max_user_namespaces`` is 0
+    in the sandbox's own user namespace, so no nested one can be made.
 ``audit-hook``
     Neither works here (no user namespaces, say). The code still runs in a
     separate process with every limit, and an audit hook refuses sockets, native
@@ -92,7 +95,20 @@ def _namespace_covers(workdir: str, home: str | None) -> list[tuple[str, str]]:
     return sorted((p, "1777" if p in _WRITABLE_TMPFS else "0755") for p in covers)
 
 
-def _bwrap_argv(workdir: str, uid: int | None, tmpfs_mb: int) -> list[str]:
+def _under_tmp(workdir: str) -> bool:
+    return workdir.startswith("/tmp/")
+
+
+def disk_note(backend: Isolation, workdir: str) -> str:
+    """How the call's disk limit was enforced, for the result (``limits["disk"]``)."""
+    if backend == "audit-hook":
+        return "per file only (RLIMIT_FSIZE): no whole-call disk limit without namespace isolation"
+    if _under_tmp(workdir):
+        return "one size-limited tmpfs holds the work directory and /tmp; /dev/shm has its own of max_file_mb"
+    return "size-limited tmpfs on the work directory and another on /tmp; /dev/shm has its own of max_file_mb"
+
+
+def _bwrap_argv(workdir: str, uid: int | None, tmpfs_mb: int, disk_mb: int) -> list[str]:
     argv = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user", "--disable-userns"]
     argv += ["--die-with-parent", "--new-session", "--cap-drop", "ALL", "--ro-bind", "/usr", "/usr"]
     for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -101,12 +117,16 @@ def _bwrap_argv(workdir: str, uid: int | None, tmpfs_mb: int) -> list[str]:
             argv += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             argv += ["--ro-bind", path, path]
-    size = str(tmpfs_mb * 1024 * 1024)
-    argv += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp"]
+    size, disk = str(tmpfs_mb * 1024 * 1024), str(disk_mb * 1024 * 1024)
+    argv += ["--ro-bind", "/etc", "/etc", "--proc", "/proc", "--dev", "/dev", "--size", disk, "--tmpfs", "/tmp"]
     argv += ["--size", size, "--tmpfs", "/dev/shm"]
     for path in _interpreter_paths():
         argv += ["--ro-bind", path, path]
-    argv += ["--bind", workdir, workdir, "--chdir", workdir, "--remount-ro", "/"]
+    # the work directory is scratch space, never the host's: inside /tmp's tmpfs, or a tmpfs of its own;
+    # the launcher adds ``--file FD WORKDIR/main.py`` (the program, copied in)
+    argv += ["--perms", "0700", "--dir", workdir] if _under_tmp(workdir) else \
+        ["--size", disk, "--perms", "0700", "--tmpfs", workdir]
+    argv += ["--chdir", workdir, "--remount-ro", "/"]
     if uid is not None:
         argv += ["--uid", str(uid), "--gid", str(uid)]
     return argv
@@ -117,7 +137,7 @@ def launcher_argv(
 ) -> list[str]:
     """``python -I -S -c LAUNCHER CONFIG``: the separate program that isolates itself, then runs ``argv``."""
     interp = _interpreter_paths()
-    binds = [*interp, workdir]
+    binds = [*interp] if backend in BACKENDS else [*interp, workdir]  # the work dir is a fresh tmpfs there
     covers = [(p, "0755") for p in sorted(_untraversable_covers(binds))] if uid is not None else []
     if backend == "namespaces":
         home = os.environ.get("HOME")
@@ -131,7 +151,8 @@ def launcher_argv(
         "binds": binds,
         "writable": list(_WRITABLE_TMPFS),
         "tmpfs_mb": limits["max_file_mb"],
-        "bwrap": _bwrap_argv(workdir, uid, limits["max_file_mb"]) if backend == "bwrap" else [],
+        "main": os.path.join(workdir, "main.py"),
+        "bwrap": _bwrap_argv(workdir, uid, limits["max_file_mb"], limits["disk_mb"]) if backend == "bwrap" else [],
         "argv": argv,
         "env": env,
     }

@@ -5,6 +5,10 @@ Invariant 5: untrusted code never runs in the orchestrator's process.
 group) with limits on address space, CPU seconds, file size and process count
 (no core files), in a throw-away working directory with a minimal environment;
 on timeout the whole group is killed. Output is read asynchronously and capped.
+Memory, processes and disk also hold for the call as a whole (:mod:`._limits`: a
+cgroup where the host allows one, else an accounted watchdog; a size-limited tmpfs
+as scratch space); ``SandboxResult.limits`` and the tool's ``data["limits"]`` say
+which held and how.
 
 Small models often end a program with a bare expression and no ``print``. The
 child runs the code like a notebook cell: if it printed nothing, the value of a
@@ -25,13 +29,13 @@ import shutil
 import signal
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
 from .._errors import SandboxUnavailableError
-from . import _sandbox
+from . import _limits, _sandbox
 from ._sandbox import Isolation
 from .envelope import ToolResult, ToolStatus
 from .registry import Tool
@@ -42,7 +46,7 @@ if TYPE_CHECKING:
 OUTPUT_LIMIT = 64 * 1024  # bytes kept per stream
 EMPTY_OUTPUT = "(no output: the program printed nothing; print the result)"
 _PROBE = "print('sandbox-ok')"
-_PROBE_LIMITS: dict[str, Any] = {"memory_mb": 512, "cpu_s": 20, "max_file_mb": 16, "max_procs": 32}
+_PROBE_LIMITS: dict[str, Any] = {"memory_mb": 512, "cpu_s": 20, "max_file_mb": 16, "max_procs": 32, "disk_mb": 64}
 
 # Runs the user's program in the child, in both isolations, like a notebook cell: the
 # source is compiled whole first (a syntax error runs nothing), into a fresh ``__main__``
@@ -133,6 +137,8 @@ class SandboxResult:
     uid: int | None = None  # the throw-away uid (namespaces isolation)
     pid: int = 0  # the child's pid, which is also its process-group id
     workdir: str = ""  # already removed when the result is returned
+    limits: dict[str, Any] = field(default_factory=dict)  # the whole-call limits and how each was enforced
+    limit_breach: str | None = None  # set when a whole-call limit (memory) stopped the run
 
 
 async def _read_capped(stream: asyncio.StreamReader | None, limit: int = OUTPUT_LIMIT) -> str:
@@ -173,9 +179,15 @@ async def _run_once(code: str, backend: Isolation, timeout_s: float, limits: dic
         nproc: int | None = limits["max_procs"]
         if uid is None:  # our own uid: count what already runs (root is exempt anyway)
             nproc = None if os.geteuid() == 0 else limits["max_procs"] + len(_sandbox.processes_of(os.getuid()))
-        cfg = {**limits, "nproc": nproc}
-        proc = await _spawn(_sandbox.launcher_argv(backend, workdir, uid, cfg, argv, env), workdir)
-        result = await _supervise(proc, timeout_s, uid)
+        call = _limits.create(limits["memory_mb"], limits["max_procs"], limits["disk_mb"])
+        cfg = {**limits, "nproc": nproc, "cgroup_procs": call.procs_files}
+        try:
+            proc = await _spawn(_sandbox.launcher_argv(backend, workdir, uid, cfg, argv, env), workdir)
+            result = await _supervise(proc, timeout_s, uid, call)
+        finally:
+            _limits.release(call)
+        result.limits = call.record(_sandbox.disk_note(backend, workdir))
+        result.limit_breach = call.breach
         result.isolation, result.workdir = backend, workdir
         return result
     finally:
@@ -214,30 +226,48 @@ async def run_sandboxed(
     cpu_s: int | None = None,
     max_file_mb: int = 16,
     max_procs: int = 32,
+    disk_mb: int = 64,
     isolation: Isolation = "auto",
 ) -> SandboxResult:
     """Run ``code`` as a Python program in the sandbox; nothing the code does makes this raise.
 
+    ``memory_mb``, ``max_procs`` and ``disk_mb`` hold for the call as a whole (every process and
+    file it makes together; see :mod:`._limits`); ``max_file_mb`` and ``cpu_s`` per process.
     Raises :class:`SandboxUnavailableError` only when a named ``isolation`` cannot work on this host.
     """
     cpu = cpu_s if cpu_s is not None else int(timeout_s) + 1
-    limits: dict[str, Any] = {"memory_mb": memory_mb, "cpu_s": cpu, "max_file_mb": max_file_mb, "max_procs": max_procs}
+    limits: dict[str, Any] = {"memory_mb": memory_mb, "cpu_s": cpu, "max_file_mb": max_file_mb, "max_procs": max_procs,
+                              "disk_mb": disk_mb}
     backend = await _backend(isolation)
     return await _run_once(code, backend, timeout_s, limits)
 
 
-async def _supervise(proc: asyncio.subprocess.Process, timeout_s: float, uid: int | None) -> SandboxResult:
+async def _watch(proc: asyncio.subprocess.Process, uid: int | None, call: _limits.CallLimits) -> None:
+    """Return once the call breaks a whole-call limit (never, if it ends first)."""
+    while proc.returncode is None:
+        pids = _sandbox.processes_of(uid) if uid is not None and call.mode == "accounted" else None
+        if await asyncio.to_thread(_limits.over_limit, call, proc.pid, pids):
+            return
+        await asyncio.sleep(_limits.WATCH_S if call.mode == "accounted" else 0.1)
+    await asyncio.Event().wait()
+
+
+async def _supervise(proc: asyncio.subprocess.Process, timeout_s: float, uid: int | None,
+                     call: _limits.CallLimits) -> SandboxResult:
     readers = [asyncio.ensure_future(_read_capped(proc.stdout)), asyncio.ensure_future(_read_capped(proc.stderr))]
     timed_out = False
+    watchdog = asyncio.ensure_future(_watch(proc, uid, call))
     try:
         async with asyncio.timeout(timeout_s):
-            await proc.wait()
+            await asyncio.wait({asyncio.ensure_future(proc.wait()), watchdog}, return_when=asyncio.FIRST_COMPLETED)
     except TimeoutError:
         timed_out = True
     finally:  # also on cancellation: nothing may outlive the call
+        watchdog.cancel()
         if proc.returncode is None:  # not reaped yet, so its pid still names our group
             with contextlib.suppress(OSError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        _limits.kill_members(call)
         if uid is not None:
             _sandbox.kill_uid(uid)
         with contextlib.suppress(TimeoutError):
@@ -245,6 +275,7 @@ async def _supervise(proc: asyncio.subprocess.Process, timeout_s: float, uid: in
         done, pending = await asyncio.wait(readers, timeout=2.0)
         for task in pending:
             task.cancel()
+    _limits.over_limit_after(call)  # a child the kernel killed for the cgroup's limit, even if the parent lived
     stdout, stderr = (task.result() if task in done else "" for task in readers)
     rc = proc.returncode if proc.returncode is not None else -signal.SIGKILL
     return SandboxResult(stdout, stderr, rc, timed_out, -rc if rc < 0 else None, "", uid, proc.pid)
@@ -264,9 +295,10 @@ class PythonTool(Tool):
     kind = "tool"
 
     def __init__(
-        self, *, memory_mb: int = 512, max_file_mb: int = 16, max_procs: int = 32, isolation: Isolation = "auto"
+        self, *, memory_mb: int = 512, max_file_mb: int = 16, max_procs: int = 32, disk_mb: int = 64,
+        isolation: Isolation = "auto",
     ) -> None:
-        self.memory_mb, self.max_file_mb, self.max_procs = memory_mb, max_file_mb, max_procs
+        self.memory_mb, self.max_file_mb, self.max_procs, self.disk_mb = memory_mb, max_file_mb, max_procs, disk_mb
         self.isolation: Isolation = isolation
         self.timeout_s = 130.0  # the registry's outer bound; the sandbox enforces args.timeout_s itself
 
@@ -279,14 +311,18 @@ class PythonTool(Tool):
                 memory_mb=self.memory_mb,
                 max_file_mb=self.max_file_mb,
                 max_procs=self.max_procs,
+                disk_mb=self.disk_mb,
                 isolation=self.isolation,
             )
         except SandboxUnavailableError as exc:  # refused, not run: a tool reports, never raises
             return ToolResult(status=ToolStatus.EXEC_ERROR, error=str(exc), data={"isolation": self.isolation})
-        data: dict[str, Any] = {"exit_code": res.exit_code, "isolation": res.isolation}
+        data: dict[str, Any] = {"exit_code": res.exit_code, "isolation": res.isolation, "limits": res.limits}
         if res.isolation == "audit-hook":
             data["isolation_warning"] = _sandbox.WEAK_WARNING
         tail = res.stderr.strip()[-2000:]
+        if res.limit_breach is not None:
+            error = f"python: {res.limit_breach}" + (f"\n{tail}" if tail else "")
+            return ToolResult(status=ToolStatus.EXEC_ERROR, output=res.stdout, error=error, data=data)
         if res.timed_out:
             error = f"python: timed out after {parsed.timeout_s:g}s and was killed" + (f"\n{tail}" if tail else "")
             return ToolResult(status=ToolStatus.TIMEOUT, output=res.stdout, error=error, data=data)
