@@ -457,3 +457,22 @@ def test_view_export_is_owner_only(tmp_path: Path) -> None:
     assert stat.S_IMODE(site.stat().st_mode) == 0o700 and modes == {0o600, 0o700}
     assert (site / "index.html").is_file() and (site / "vendor").is_dir()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")] == []
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["run"], "Missing argument 'task'"),
+    (["pool", "--nosuch"], "No such option: --nosuch"),
+    (["run", "hi", "--set", "x"], "--set: 'x': expected KEY=VALUE"),
+    (["trace", "list", "--limit", "99999999999999999999999"], "Invalid value for '--limit'"),
+    (["eval", "--dataset", "jsonl:x.jsonl", "--concurrency", "99999999999999999999999"],
+     "--concurrency 99999999999999999999999: at most 100000"),
+    (["eval", "--dataset", "jsonl:x.jsonl", "--seed", "99999999999999999999999"], "field 'seed'"),
+    (["serve", "--max-concurrent", "99999999999999999999999"], "--max-concurrent 99999999999999999999999: at most"),
+])
+def test_usage_errors_and_huge_numbers_are_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    (tmp_path / "x.jsonl").write_text('{"id": "a", "prompt": "hi", "answer": "x"}\n')
+    import os
+
+    res = subprocess.run([sys.executable, "-m", "orchestrion", *args], capture_output=True, text=True, timeout=60,
+                         cwd=tmp_path, env={**os.environ, "ORCHESTRION_DB": str(tmp_path / "t.db")})
+    assert needle in _one_line_error(res)

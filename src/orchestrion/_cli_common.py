@@ -112,6 +112,13 @@ def task_text(task: str) -> str:
     return task
 
 
+def at_most(flag: str, value: int | None, most: int) -> None:
+    """A one-line error for an integer option over its largest sensible value (the option parser
+    takes any size; the JSON the run is stored as does not)."""
+    if value is not None and value > most:
+        raise ConfigError(f"{flag} {value}: at most {most}")
+
+
 def validation_line(exc: ValidationError) -> str:
     """A pydantic error as one line: the model, the field and what is wrong with it."""
     first = exc.errors()[0]

@@ -18,6 +18,7 @@ from rich.table import Table
 from ._cli_common import (
     DbOpt,
     PoolOpt,
+    at_most,
     err,
     fail,
     friendly,
@@ -151,7 +152,9 @@ def trace_show(trace_id: str, db: DbOpt = None) -> None:
 
 @trace_app.command("list")
 @friendly
-def trace_list(db: DbOpt = None, limit: int = 20) -> None:
+def trace_list(db: DbOpt = None,
+               limit: Annotated[int, typer.Option("--limit", min=1, max=1_000_000,
+                                                  help="most episodes listed, newest first")] = 20) -> None:
     """List recent episodes."""
     table = Table("trace id", "strategy", "status", "tokens", "cost", "task")
     for ep in list_episodes(open_store(db), limit):
@@ -299,6 +302,9 @@ def serve(
     /health and Prometheus /metrics. A non-loopback --host needs --api-key-env (or --insecure-no-auth)."""
     from .serve.server import ServeSettings, run_server
 
+    at_most("--max-concurrent", max_concurrent, 100_000)
+    at_most("--max-body-kb", max_body_kb, 1024 * 1024)
+    at_most("--max-tokens-cap", max_tokens_cap, 2**31)
     run_server(ServeSettings(pool=pool, db=db, host=host, port=port, api_key_env=api_key_env,
                              max_concurrent=max_concurrent, max_body_bytes=max_body_kb * 1024,
                              max_tokens_cap=max_tokens_cap, insecure_no_auth=insecure_no_auth,
@@ -340,8 +346,28 @@ for _register in (_cli_data.register, _cli_sft.register, _cli_rl.register):
     _register(train_app)
 
 
+# Typer's own copy of click's error base class (not exported under a public name)
+_CLICK_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+
+
 def main() -> None:
-    app()
+    """The `orchestrion` command. Usage errors (a bad option value, a missing argument) are one
+    line on stderr and exit 2, like every other error, instead of Typer's framed panel."""
+    try:
+        code = app(standalone_mode=False)
+    except _CLICK_ERROR as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `orchestrion` or a group alone: its help
+            exc.show()  # type: ignore[attr-defined]
+            raise SystemExit(2) from None
+        ctx = getattr(exc, "ctx", None)
+        where = ctx.command_path if ctx is not None else "orchestrion"
+        err.print(f"[red]error:[/red] {escape(exc.format_message())} (see `{escape(where)} --help`)",  # type: ignore[attr-defined]
+                  highlight=False)
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+    except typer.Abort:
+        err.print("[red]error:[/red] aborted", highlight=False)
+        raise SystemExit(1) from None
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

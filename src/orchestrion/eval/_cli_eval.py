@@ -14,7 +14,7 @@ import orjson
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .._cli_common import DbOpt, PoolOpt, err, fail, friendly, out, parse_settings
+from .._cli_common import DbOpt, PoolOpt, at_most, err, fail, friendly, out, parse_settings
 from .._errors import ConfigError
 from ..models.pool import default_pool_ref
 from ..models.presets import PRESETS
@@ -128,6 +128,7 @@ def register(app: typer.Typer) -> None:
         chosen = executor or config.executor
         address = ray_address or config.ray_address
         n = concurrency or config.concurrency
+        at_most("--concurrency", n, 100_000)
         if resume is None:
             if chosen not in ("local", "ray"):
                 raise ConfigError(f"--executor '{chosen}': choose local or ray")

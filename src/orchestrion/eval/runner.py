@@ -37,10 +37,10 @@ class EvalConfig(BaseModel):
 
     dataset: str = Field(min_length=1)
     strategies: list[str] = Field(min_length=1)
-    limit: int | None = Field(default=None, ge=1)
-    epochs: int = Field(default=1, ge=1)
-    seed: int | None = None
-    concurrency: int = Field(default=8, ge=1)
+    limit: int | None = Field(default=None, ge=1, lt=2**63)  # stored as JSON: 64-bit at most
+    epochs: int = Field(default=1, ge=1, le=100_000)
+    seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    concurrency: int = Field(default=8, ge=1, le=100_000)
     pool: str | None = None
     orchestrator_adapter: str | None = None
     budget: dict[str, Any] = Field(default_factory=dict)
