@@ -34,10 +34,12 @@ def test_accounted_fallback_sums_the_whole_process_tree() -> None:
         while _limits.resident_mb(_limits._tree(proc.pid)) < 110:  # the children are still filling their pages
             assert time.monotonic() < deadline, _limits.resident_mb(_limits._tree(proc.pid))
             time.sleep(0.05)
+        assert len(_limits._tree(proc.pid)) == 4 and sorted(_limits._tree(proc.pid)) == sorted(
+            _limits._scan_tree(proc.pid))  # the children files and the full scan agree
         roomy = _limits.CallLimits(memory_mb=512, max_procs=8, disk_mb=8)
-        assert not _limits.over_limit(roomy, proc.pid, None) and roomy.peak_mb >= 110
+        assert not _limits.over_limit(roomy, proc.pid) and roomy.peak_mb >= 110
         tight = _limits.CallLimits(memory_mb=100, max_procs=8, disk_mb=8)  # each child alone is under it
-        assert _limits.over_limit(tight, proc.pid, None)
+        assert _limits.over_limit(tight, proc.pid)
         assert tight.breach is not None and "memory limit of 100 MB" in tight.breach
     finally:
         proc.kill()

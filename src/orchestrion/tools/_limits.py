@@ -10,9 +10,9 @@ call's memory and process count are bounded together, by the strongest means thi
     The same on the legacy memory and pids hierarchies (as root): ``memory.limit_in_bytes``,
     ``memory.memsw.limit_in_bytes`` where swap is accounted, ``pids.max``.
 ``accounted``
-    Neither: a watchdog sums the resident memory of every process of the call (the sandbox's
-    throw-away uid, or the launcher's descendants) every ``WATCH_S`` seconds and kills the whole
-    call past the limit; ``RLIMIT_AS`` still caps each process, and ``RLIMIT_NPROC`` under the
+    Neither: a watchdog sums the resident memory of every process of the call (the launcher and
+    its descendants: the sandbox's PID namespace adopts every orphan) every ``WATCH_S`` seconds
+    and kills the whole call past the limit; ``RLIMIT_AS`` still caps each process, and ``RLIMIT_NPROC`` under the
     throw-away uid caps the call's processes.
 
 The launcher joins the cgroup (it writes its pid to ``cgroup.procs``) before it starts anything,
@@ -197,7 +197,31 @@ def _remove(dirs: list[Path]) -> None:
 
 
 def _tree(root: int) -> list[int]:
-    """``root`` and every process descended from it (the sandbox's own PID 1 adopts its orphans)."""
+    """``root`` and every process descended from it (the sandbox's own PID 1 adopts its orphans),
+    read from each thread's ``children`` file: the cost grows with the call's processes, not the host's."""
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        try:
+            threads = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in threads:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as fh:
+                    todo.extend(int(child) for child in fh.read().split())
+            except FileNotFoundError:
+                if not os.path.exists(f"/proc/{pid}/task/{tid}"):
+                    continue  # the thread ended meanwhile
+                return _scan_tree(root)  # a kernel without CONFIG_PROC_CHILDREN
+            except (OSError, ValueError):
+                continue
+    return found
+
+
+def _scan_tree(root: int) -> list[int]:
+    """:func:`_tree` by reading every process's parent (slower: the whole of /proc)."""
     children: dict[int, list[int]] = {}
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -229,14 +253,15 @@ def resident_mb(pids: list[int]) -> float:
     return total * _PAGE / (1024 * 1024)
 
 
-def over_limit(limits: CallLimits, root: int, uid_pids: list[int] | None) -> bool:
-    """Whether the call broke a whole-call memory limit; sets ``limits.breach`` when it did."""
+def over_limit(limits: CallLimits, root: int) -> bool:
+    """Whether the call (``root``, the launcher, and its descendants) broke a whole-call memory
+    limit; sets ``limits.breach`` when it did."""
     if limits.mode != "accounted":
         if oom_kills(limits):
             limits.breach = (f"the call went over its memory limit of {limits.memory_mb} MB (all its processes "
                              "together) and was killed")
         return limits.breach is not None
-    used = resident_mb(uid_pids if uid_pids is not None else _tree(root))
+    used = resident_mb(_tree(root))
     limits.peak_mb = max(limits.peak_mb, used)
     if used > limits.memory_mb:
         limits.breach = (f"the call went over its memory limit of {limits.memory_mb} MB (its processes held "
@@ -247,4 +272,4 @@ def over_limit(limits: CallLimits, root: int, uid_pids: list[int] | None) -> boo
 def over_limit_after(limits: CallLimits) -> None:
     """Once the call ended: record a cgroup OOM kill the watchdog had no time to see."""
     if limits.mode != "accounted" and limits.breach is None and oom_kills(limits):
-        over_limit(limits, 0, None)
+        over_limit(limits, 0)

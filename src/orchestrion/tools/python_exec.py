@@ -242,11 +242,10 @@ async def run_sandboxed(
     return await _run_once(code, backend, timeout_s, limits)
 
 
-async def _watch(proc: asyncio.subprocess.Process, uid: int | None, call: _limits.CallLimits) -> None:
+async def _watch(proc: asyncio.subprocess.Process, call: _limits.CallLimits) -> None:
     """Return once the call breaks a whole-call limit (never, if it ends first)."""
     while proc.returncode is None:
-        pids = _sandbox.processes_of(uid) if uid is not None and call.mode == "accounted" else None
-        if await asyncio.to_thread(_limits.over_limit, call, proc.pid, pids):
+        if await asyncio.to_thread(_limits.over_limit, call, proc.pid):
             return
         await asyncio.sleep(_limits.WATCH_S if call.mode == "accounted" else 0.1)
     await asyncio.Event().wait()
@@ -256,7 +255,7 @@ async def _supervise(proc: asyncio.subprocess.Process, timeout_s: float, uid: in
                      call: _limits.CallLimits) -> SandboxResult:
     readers = [asyncio.ensure_future(_read_capped(proc.stdout)), asyncio.ensure_future(_read_capped(proc.stderr))]
     timed_out = False
-    watchdog = asyncio.ensure_future(_watch(proc, uid, call))
+    watchdog = asyncio.ensure_future(_watch(proc, call))
     try:
         async with asyncio.timeout(timeout_s):
             await asyncio.wait({asyncio.ensure_future(proc.wait()), watchdog}, return_when=asyncio.FIRST_COMPLETED)
