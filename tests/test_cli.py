@@ -189,7 +189,8 @@ def test_damaged_trace_database_is_one_line(tmp_path: Path, command: list[str]) 
 
 @pytest.mark.parametrize("command", [["trace", "list", "--db", "{tmp}/missing/dir/x.db"],
                                      ["view", "--db", "{tmp}/missing.db", "--export", "{tmp}/site"],
-                                     ["trace", "export", "--db", "{tmp}/missing.db"]])
+                                     ["trace", "export", "--db", "{tmp}/missing.db"],
+                                     ["report", "abc", "--db", "{tmp}/missing.db"]])
 def test_reading_commands_never_create_a_database(tmp_path: Path, command: list[str]) -> None:
     args = [a.replace("{tmp}", str(tmp_path)) for a in command]
     line = _one_line_error(cli(*args, env_db=tmp_path / "default.db"))
@@ -455,6 +456,9 @@ def test_view_export_is_owner_only(tmp_path: Path) -> None:
     modes = {stat.S_IMODE(os.stat(os.path.join(root, name)).st_mode) for root, dirs, files in os.walk(site)
              for name in [*dirs, *files]}
     assert stat.S_IMODE(site.stat().st_mode) == 0o700 and modes == {0o600, 0o700}
+    (site / "mine.txt").write_text("a file of the user's")  # an export into a folder keeps what else is there
+    assert cli("view", "--export", str(site), "--db", str(db), env_db=db).returncode == 0
+    assert (site / "mine.txt").read_text() == "a file of the user's"
     assert (site / "index.html").is_file() and (site / "vendor").is_dir()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".site.")] == []
 

@@ -141,6 +141,7 @@ def note_opened(path: Path) -> None:
     _opened.append(path)
 
 
+
 _switches_shown = False
 
 

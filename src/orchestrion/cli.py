@@ -28,7 +28,6 @@ from ._cli_common import (
     show_flags_as_switches,
     task_text,
 )
-from ._errors import TraceError
 from .api import EpisodeResult, load_pool, solve
 from .eval import _cli_datasets, _cli_eval, _cli_report
 from .models import _cli_models
@@ -40,7 +39,7 @@ from .trace._otel_cli import OtlpOpt, export_otlp, finish_sender, pool_providers
 from .trace._otel_cli import episode_id as _episode_id
 from .trace.export import export_jsonl
 from .trace.render import episode_tree, list_episodes
-from .trace.store import TraceStore, check_trace_file, default_db_path
+from .trace.store import TraceStore, default_db_path, open_for_reading
 from .train import _cli_data, _cli_rl, _cli_sft
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -53,12 +52,8 @@ show_flags_as_switches()
 def open_store(db: Path | None) -> TraceStore:
     """The trace store at ``db`` (or the default) for a reading command, which never creates one."""
     path = Path(db) if db is not None else default_db_path()
-    note_opened(path)
-    if not path.is_file():
-        raise TraceError(f"trace store {path}: no trace database there; check --db (or ORCHESTRION_DB), "
-                         "or run an episode first to create one")
-    check_trace_file(path)  # an empty or foreign file is refused, never given a schema
-    return TraceStore(path)
+    note_opened(path)  # a damaged file is then named in the one-line error
+    return open_for_reading(path)
 
 
 def _print_version(value: bool) -> None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .._cli_common import DbOpt, friendly, out
+from .._cli_common import DbOpt, friendly, note_opened, out
 
 
 def register(app: typer.Typer) -> None:
@@ -22,13 +22,20 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None,
     ) -> None:
         """Write report.md (config, per-strategy table, Pareto-optimal strategies) and PNG plots for an eval run."""
-        from ..trace.store import TraceStore
-        from .report import write_report
+        from ..trace._atomic import atomic_files
+        from ..trace.store import default_db_path, open_for_reading
+        from .report import resolve_run, write_report
 
-        result = write_report(TraceStore(db), run_id, out_dir)
+        path = db if db is not None else default_db_path()
+        note_opened(path)
+        store = open_for_reading(path)  # a reading command: it never creates a database
+        full_id = resolve_run(store, run_id)
+        folder = out_dir if out_dir is not None else Path(f"report-{full_id[:8]}")
+        with atomic_files(folder) as staging:  # each file whole, or none: a failure leaves no partial report
+            result = write_report(store, full_id, staging)
         out.print(f"report for run {result.run_id}:", highlight=False)
         for path in result.paths:
-            out.print(f"  {path}", highlight=False, markup=False)
+            out.print(f"  {folder / path.name}", highlight=False, markup=False)
         if result.pareto:
             out.print(f"Pareto-optimal: {', '.join(result.pareto)}", highlight=False, markup=False)
         if result.failed:

@@ -31,11 +31,9 @@ vis-timeline, vendored under ``static/vendor/``.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import sqlite3
 import sys
-import tempfile
 import time
 from collections.abc import AsyncIterator
 from importlib import resources
@@ -45,7 +43,7 @@ from typing import Any
 import orjson
 
 from .._errors import TraceError
-from ..trace._schema import make_dirs
+from ..trace._atomic import atomic_files
 from ..trace._watch import FileWatch
 from ..trace.store import TraceStore
 from . import _viewer_data as data
@@ -194,47 +192,28 @@ def run_viewer(store: TraceStore, *, host: str, port: int, api_key_env: str | No
 def export_static(store: TraceStore, out_dir: Path) -> Path:
     """Write the page, its assets and every episode's data to ``out_dir``; returns index.html.
 
-    The bundle is built in a temporary folder beside ``out_dir`` and renamed into place whole
-    (a damaged database halfway leaves no partial bundle); it is owner-only (0o700 folders,
-    0o600 files), since it holds every prompt."""
+    Each file is written in a temporary folder beside ``out_dir`` and renamed into it (a damaged
+    database halfway leaves no partial file); the bundle is owner-only (0o700 folders, 0o600
+    files), since it holds every prompt."""
     out_dir = Path(out_dir)
-    if out_dir.exists() and not out_dir.is_dir():
-        raise TraceError(f"--export {out_dir}: is a file; give a folder for the bundle")
     page = (static_dir() / "index.html").read_text(encoding="utf-8")
     if DATA_PLACEHOLDER not in page:
         raise TraceError("viewer index.html lacks its data placeholder")
     payload = orjson.dumps(data.bundle(store, limit=EXPORT_LIMIT), default=str)  # read before anything is written
     try:
-        make_dirs(out_dir.parent)
-        staging = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".part", dir=out_dir.parent))
-        try:
+        with atomic_files(out_dir, "--export") as staging:
             _write_bundle(staging, page, payload)
-            if out_dir.exists():  # an earlier bundle: moved aside, then dropped once the new one is in place
-                old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".old", dir=out_dir.parent))
-                os.replace(out_dir, old / out_dir.name)
-                os.replace(staging, out_dir)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.replace(staging, out_dir)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
     except OSError as exc:
         raise TraceError(f"cannot write the viewer bundle to {out_dir}: {exc}") from None
     return out_dir / "index.html"
 
 
 def _write_bundle(folder: Path, page: str, payload: bytes) -> None:
-    """The page, its assets and ``data.js`` in ``folder``, owner-only throughout."""
+    """The page, its assets and ``data.js`` in ``folder``."""
     src = static_dir()
-    os.chmod(folder, 0o700)
     shutil.copytree(src / "vendor", folder / "vendor", copy_function=shutil.copyfile)
     for name in ("app.js", "app.css"):
         shutil.copyfile(src / name, folder / name)
     (folder / "data.js").write_bytes(b"window.ORCHESTRION_DATA = " + payload + b";\n")
     (folder / "index.html").write_text(page.replace(DATA_PLACEHOLDER, '<script src="data.js"></script>'),
                                        encoding="utf-8")
-    for root, dirs, files in os.walk(folder):
-        for d in dirs:
-            os.chmod(os.path.join(root, d), 0o700)
-        for f in files:
-            os.chmod(os.path.join(root, f), 0o600)

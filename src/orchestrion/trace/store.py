@@ -57,6 +57,16 @@ def check_trace_file(path: Path) -> None:
                          "check --db (or ORCHESTRION_DB)")
 
 
+def open_for_reading(path: Path) -> TraceStore:
+    """The trace store at ``path`` for a reading command, which never creates one, nor writes a
+    schema into an empty or foreign file: either is a one-line :class:`TraceError`."""
+    if not path.is_file():
+        raise TraceError(f"trace store {path}: no trace database there; check --db (or ORCHESTRION_DB), "
+                         "or run an episode first to create one")
+    check_trace_file(path)
+    return TraceStore(path)
+
+
 class TraceStore(TraceQueries):
     """A trace database file plus the thread that writes to it.
 
