@@ -141,7 +141,6 @@ def note_opened(path: Path) -> None:
     _opened.append(path)
 
 
-
 _switches_shown = False
 
 
