@@ -183,3 +183,30 @@ def test_reuse_reads_nothing_when_pinning_is_off(tmp_path: Path) -> None:
         _is_recurrent = _is_hybrid = False
 
     assert reuse.pin_point(_Llm(), [msg("system", "x" * 5000)], "x" * 5000, list(range(2000))) == 0
+
+
+@pytest.mark.integration
+def test_greedy_under_a_grammar_picks_the_tokens_the_sampler_chain_picks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The best-token-first path (models/_greedy.py) against llama-cpp-python's sampler chain:
+    the same tokens and log-probs, with the full-vocabulary pass taken where the best token
+    was not allowed."""
+    from orchestrion.models import _greedy, llama_cpp
+    from orchestrion.runtime.protocol import ParaAction
+
+    full_passes = []
+    original = _greedy.GrammarGreedy._pick_allowed
+
+    def counted(self: _greedy.GrammarGreedy, row: object) -> int:
+        full_passes.append(1)
+        return original(self, row)
+
+    monkeypatch.setattr(_greedy.GrammarGreedy, "_pick_allowed", counted)
+    config = GenerateConfig(max_tokens=40, temperature=0.0, logprobs=True, json_schema=ParaAction.model_json_schema())
+    runs = {}
+    for fast in (True, False):
+        monkeypatch.setattr(llama_cpp, "FAST_GRAMMAR_GREEDY", fast)
+        model = llama_cpp.LlamaCppModel("m", prefix_cache=False)
+        runs[fast] = [model._complete_sync(_messages(t), config) for t in ("What is 12*13?", "Sort b a c.")]
+    for a, b in zip(runs[True], runs[False]):
+        assert a.structured_mode == "grammar" and a.token_ids and _same(a, b)
+    assert full_passes  # the check-first pick did fall back at least once

@@ -9,8 +9,10 @@ between prompt chunks and between tokens; a model with a fixed ``n_threads`` kee
 
 The total is ``$ORCHESTRION_THREADS`` when set, else the cores that other processes leave
 free, read when a call starts (:class:`CpuLoad`): the CPU time the whole machine spent
-since the last reading (``/proc/stat``, processes run under ``nice`` left out, as they
-yield to us) less this process's own (``/proc/self/stat``), in cores. A core counts as
+since the last reading (``/proc/stat``) less this process's own (``/proc/self/stat``), in
+cores. Processes under ``nice`` count too: a niced test run next to a 2-thread model made
+the demo 2-3x slower (llama.cpp's threads wait for each other at every layer, so one
+preempted thread stalls both). A core counts as
 free when others use at most ``FREE_THRESHOLD`` of it, and at least 1 thread is used. An
 idle machine thus gives a lone model every core; one where anything else holds a core
 gives it the rest. Where ``/proc`` is missing, the 1-minute load average stands in. The
@@ -89,7 +91,7 @@ def free_threads(n_cores: int, others: float) -> int:
 @dataclass(frozen=True)
 class _Sample:
     wall: float
-    busy: int  # ticks the whole machine spent busy (nice time left out)
+    busy: int  # ticks the whole machine spent busy
     own: int  # ticks this process spent
 
 
@@ -103,10 +105,9 @@ def _read_sample() -> _Sample | None:
         return None
     if not fields or fields[0] != "cpu" or len(fields) < 9:
         return None
-    user, _nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
-    niced = os.getpriority(os.PRIO_PROCESS, 0) > 0  # then our own time is in the nice column
-    own = 0 if niced else int(mine[11]) + int(mine[12])  # utime, stime (fields 14 and 15)
-    return _Sample(time.monotonic(), user + system + irq + softirq + steal, own)
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    own = int(mine[11]) + int(mine[12])  # utime, stime (fields 14 and 15)
+    return _Sample(time.monotonic(), user + nice + system + irq + softirq + steal, own)
 
 
 class CpuLoad:
