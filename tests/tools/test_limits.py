@@ -61,3 +61,20 @@ def test_a_cgroup_is_made_with_the_limits_and_removed() -> None:
     finally:
         _limits.release(made)
     assert not any(Path(d).exists() for d in made.dirs)
+
+
+async def test_a_cgroup_the_launcher_cannot_enter_falls_back_to_accounted(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    from orchestrion.tools.python_exec import run_sandboxed
+
+    def unjoinable(memory_mb: int, max_procs: int, disk_mb: int) -> _limits.CallLimits:
+        made = _limits.CallLimits(memory_mb, max_procs, disk_mb)
+        if not _limits.cgroups_refused:  # as a cgroup whose cgroup.procs cannot be written would be
+            made.mode, made.dirs = "cgroup-v2", [tmp_path / "no-such-cgroup"]
+        return made
+
+    monkeypatch.setattr(_limits, "create", unjoinable)
+    monkeypatch.setattr(_limits, "cgroups_refused", False)
+    result = await run_sandboxed("print('ran')", timeout_s=5)
+    assert result.stdout == "ran\n" and result.limits["enforced_by"] == "accounted", result.stderr
+    assert _limits.cgroups_refused

@@ -78,8 +78,11 @@ def _limits(cfg: Config) -> None:
 def _join_cgroup(cfg: Config) -> None:
     """Enter the call's cgroup(s) first: every process of the call is born inside."""
     for path in cfg.get("cgroup_procs") or []:
-        with open(path, "w", encoding="ascii") as fh:
-            fh.write(str(os.getpid()))
+        try:
+            with open(path, "w", encoding="ascii") as fh:
+                fh.write(str(os.getpid()))
+        except OSError as exc:  # the caller then runs the call again under its accounted limits
+            _fail(f"cgroup: cannot join {path}: {exc.strerror or exc}")
 
 
 def _read_main(cfg: Config) -> bytes:

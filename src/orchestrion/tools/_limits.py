@@ -33,6 +33,8 @@ from typing import Any
 
 WATCH_S = 0.02  # the accounted fallback's polling interval
 CGROUPS_ENABLED = True  # tests turn cgroups off to exercise the accounted fallback on a host that has them
+JOIN_REFUSED = "orchestrion-sandbox: cgroup:"  # how the launcher says it could not enter the cgroup
+cgroups_refused = False  # learned once per process: a cgroup was made but the launcher could not join it
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -68,7 +70,7 @@ class CallLimits:
 def create(memory_mb: int, max_procs: int, disk_mb: int) -> CallLimits:
     """The call's limits, with a fresh cgroup where this host allows one."""
     limits = CallLimits(memory_mb, max_procs, disk_mb)
-    if CGROUPS_ENABLED:
+    if CGROUPS_ENABLED and not cgroups_refused:
         for attempt in (_v2, _v1):
             with contextlib.suppress(OSError, ValueError):
                 if attempt(limits):

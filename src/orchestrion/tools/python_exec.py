@@ -165,6 +165,14 @@ async def _spawn(argv: list[str], workdir: str) -> asyncio.subprocess.Process:
 
 
 async def _run_once(code: str, backend: Isolation, timeout_s: float, limits: dict[str, Any]) -> SandboxResult:
+    result = await _run_attempt(code, backend, timeout_s, limits)
+    if result.exit_code == 125 and _limits.JOIN_REFUSED in result.stderr and not _limits.cgroups_refused:
+        _limits.cgroups_refused = True  # a cgroup we may make but not enter: the accounted limits from now on
+        result = await _run_attempt(code, backend, timeout_s, limits)
+    return result
+
+
+async def _run_attempt(code: str, backend: Isolation, timeout_s: float, limits: dict[str, Any]) -> SandboxResult:
     workdir = os.path.realpath(tempfile.mkdtemp(prefix="orchestrion-sbx-"))
     main = os.path.join(workdir, "main.py")
     uid = _sandbox.fresh_uid() if backend != "audit-hook" else None
