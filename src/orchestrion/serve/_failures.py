@@ -7,8 +7,9 @@ a budget stop or an answer cut at ``max_tokens`` keeps its 200 with ``finish_rea
 older behaviour: a 200 whose ``orchestrion.status`` says ``error``.
 
 Error text that reaches a client passes :func:`redact` first: upstream URLs (a pool's
-``base_url``s, and any other URL), API keys held by the pool's ``api_key_env`` variables and
-anything shaped like a secret key are replaced, and only its first line is kept.
+``base_url``s, their host and port, and any other URL), API keys held by the pool's
+``api_key_env`` variables and anything shaped like a secret key are replaced, and only its
+first line is kept.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import re
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..api import EpisodeResult
 from ..models.pool import Pool
@@ -24,7 +26,8 @@ from ._openai_schema import ApiError, episode_summary
 
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 _KEYLIKE = re.compile(r"\b(?:sk|pk|rk|key|tok)[-_][A-Za-z0-9_\-]{12,}\b")
-UPSTREAM = "<model server>"
+UPSTREAM = "<model server>"  # what stands for any other URL
+REDACTED = "<redacted>"  # what stands for the pool's own server addresses and keys
 MAX_ERROR_CHARS = 500
 
 
@@ -34,6 +37,8 @@ def pool_secrets(pool: Pool) -> tuple[str, ...]:
     for spec in pool.config.models:
         if spec.base_url:
             found.add(spec.base_url.rstrip("/"))
+            where = urlsplit(spec.base_url)  # "Cannot connect to host HOST:PORT" names no URL, but the server
+            found.update(part for part in (where.netloc.rpartition("@")[2], where.hostname) if part)
         if spec.api_key_env and (key := os.environ.get(spec.api_key_env)):
             found.add(key)
     return tuple(sorted(found, key=len, reverse=True))  # longest first: a URL before its prefix
@@ -46,9 +51,9 @@ def redact(text: str | None, secrets: Iterable[str] = ()) -> str | None:
     line = (text.strip().splitlines() or [""])[0]
     for secret in secrets:
         if secret:
-            line = line.replace(secret, UPSTREAM if "://" in secret else "<redacted>")
+            line = line.replace(secret, REDACTED)
     line = _URL.sub(UPSTREAM, line)
-    line = _KEYLIKE.sub("<redacted>", line)
+    line = _KEYLIKE.sub(REDACTED, line)
     return line if len(line) <= MAX_ERROR_CHARS else line[:MAX_ERROR_CHARS - 3] + "..."
 
 
