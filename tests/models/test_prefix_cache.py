@@ -210,3 +210,21 @@ def test_greedy_under_a_grammar_picks_the_tokens_the_sampler_chain_picks(monkeyp
     for a, b in zip(runs[True], runs[False]):
         assert a.structured_mode == "grammar" and a.token_ids and _same(a, b)
     assert full_passes  # the check-first pick did fall back at least once
+
+
+def test_prefix_cache_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrion._errors import ConfigError
+    from orchestrion.models._kv_disk import max_bytes, prefix_cache_enabled
+
+    monkeypatch.setenv("ORCHESTRION_PREFIX_CACHE", "off")
+    assert not prefix_cache_enabled()
+    monkeypatch.setenv("ORCHESTRION_PREFIX_CACHE", "ON")
+    assert prefix_cache_enabled()
+    monkeypatch.setenv("ORCHESTRION_PREFIX_CACHE", "maybe")
+    with pytest.raises(ConfigError, match="ORCHESTRION_PREFIX_CACHE='maybe'"):
+        prefix_cache_enabled()
+    monkeypatch.setenv("ORCHESTRION_PREFIX_CACHE_MB", "10")
+    assert max_bytes() == 10 << 20
+    monkeypatch.setenv("ORCHESTRION_PREFIX_CACHE_MB", "-1")
+    with pytest.raises(ConfigError, match="ORCHESTRION_PREFIX_CACHE_MB must be at least 0"):
+        max_bytes()

@@ -36,6 +36,7 @@ import orjson
 
 from .._errors import ConfigError
 from .._paths import cache_dir
+from ._threads import env_int
 
 log = logging.getLogger(__name__)
 
@@ -55,16 +56,8 @@ def prefix_cache_enabled() -> bool:
 
 def max_bytes() -> int:
     """The disk bound: ``$ORCHESTRION_PREFIX_CACHE_MB`` megabytes (default 2048)."""
-    raw = os.environ.get("ORCHESTRION_PREFIX_CACHE_MB")
-    if raw is None:
-        return DEFAULT_MAX_MB << 20
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"ORCHESTRION_PREFIX_CACHE_MB='{raw}' is not a whole number of megabytes") from None
-    if value < 0:
-        raise ConfigError("ORCHESTRION_PREFIX_CACHE_MB must be 0 or more")
-    return value << 20
+    value = env_int("ORCHESTRION_PREFIX_CACHE_MB", 0)
+    return (DEFAULT_MAX_MB if value is None else value) << 20
 
 
 def kv_root() -> Path:

@@ -55,18 +55,24 @@ from dataclasses import dataclass
 from .._errors import ConfigError
 
 
-def env_threads() -> int | None:
-    """``$ORCHESTRION_THREADS`` as a number, or None when it is not set."""
-    raw = os.environ.get("ORCHESTRION_THREADS")
+def env_int(name: str, minimum: int) -> int | None:
+    """``$name`` as a whole number of at least ``minimum``, or None when it is not set; a
+    one-line ConfigError naming the variable otherwise."""
+    raw = os.environ.get(name)
     if raw is None:
         return None
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"ORCHESTRION_THREADS='{raw}' is not a whole number") from None
-    if value < 1:
-        raise ConfigError("ORCHESTRION_THREADS must be at least 1")
+        raise ConfigError(f"{name}='{raw}' is not a whole number") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}")
     return value
+
+
+def env_threads() -> int | None:
+    """``$ORCHESTRION_THREADS`` as a number, or None when it is not set."""
+    return env_int("ORCHESTRION_THREADS", 1)
 
 
 # a core is free when other processes use at most this share of it: two threads on 2 cores lost
