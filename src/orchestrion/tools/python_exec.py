@@ -164,6 +164,9 @@ async def _spawn(argv: list[str], workdir: str) -> asyncio.subprocess.Process:
     )
 
 
+SHOWN_WORKDIR = "/sandbox"  # how outputs name the call's throw-away work directory
+
+
 async def _run_once(code: str, backend: Isolation, timeout_s: float, limits: dict[str, Any]) -> SandboxResult:
     result = await _run_attempt(code, backend, timeout_s, limits)
     if result.exit_code == 125 and _limits.JOIN_REFUSED in result.stderr and not _limits.cgroups_refused:
@@ -196,6 +199,9 @@ async def _run_attempt(code: str, backend: Isolation, timeout_s: float, limits: 
             _limits.release(call)
         result.limits = call.record(_sandbox.disk_note(backend, workdir))
         result.limit_breach = call.breach
+        # the random work dir name never reaches the output: the same program prints the same text
+        result.stdout = result.stdout.replace(workdir, SHOWN_WORKDIR)
+        result.stderr = result.stderr.replace(workdir, SHOWN_WORKDIR)
         result.isolation, result.workdir = backend, workdir
         return result
     finally:
