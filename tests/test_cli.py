@@ -368,8 +368,37 @@ def test_trace_export_to_a_directory_or_missing_folder_is_one_line(tmp_path: Pat
     assert "does not exist; create it first" in line
 
 
+def _damaged_late_db(tmp_path: Path) -> Path:
+    """40 episodes whose rows read fine, with the last quarter of the file (events of the later
+    episodes) overwritten: an export gets some way, then fails."""
+    import os
+    import sqlite3
+
+    from orchestrion import TraceStore
+
+    db = tmp_path / "late.db"
+    store = TraceStore(db)
+    for i in range(40):
+        store.start_episode(f"e{i:02d}", run_id=None, task_id=f"t{i}", epoch=0, strategy="direct",
+                            task={"prompt": "x"}, started=float(i), meta={})
+    store.flush()
+    for i in range(40):
+        for _ in range(20):
+            store.submit("INSERT INTO events (episode_id, span_id, ts, kind, data) VALUES (?,?,?,?,?)",
+                         (f"e{i:02d}", "s", float(i), "note", '"' + "y" * 1500 + '"'))
+    store.close()
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    size = db.stat().st_size
+    with db.open("r+b") as fh:
+        fh.seek(size * 3 // 4)
+        fh.write(os.urandom(size - size * 3 // 4))
+    return db
+
+
 def test_trace_export_of_a_damaged_database_leaves_no_partial_file(tmp_path: Path) -> None:
-    db = _damaged_db(tmp_path)
+    db = _damaged_late_db(tmp_path)  # (before: 28 of 40 lines written, then exit 2)
     out = tmp_path / "x.jsonl"
     out.write_text("the previous export\n")
     _one_line_error(cli("trace", "export", "--out", str(out), "--db", str(db), env_db=db))
