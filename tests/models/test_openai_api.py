@@ -320,3 +320,23 @@ def test_default_timeouts_fail_a_dead_server_within_a_minute() -> None:
     assert CONNECT_TIMEOUT_S < DEFAULT_TIMEOUT_S  # a black-holed host: one connect timeout, no retry
     assert spec.max_retries * model.max_backoff_s < 60  # refused connections: retries with capped backoff
     assert model._timeout.sock_connect == CONNECT_TIMEOUT_S and model._timeout.total == DEFAULT_TIMEOUT_S
+
+
+async def test_a_connect_timeout_is_named_as_one(server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thousands of connections at once time out while connecting: the message says so and names
+    the fix, instead of the request timeout that never ran out."""
+    import aiohttp
+
+    calls = []
+
+    async def no_connection(self: aiohttp.ClientSession, *args: object, **kwargs: object) -> None:
+        calls.append(1)
+        raise aiohttp.ConnectionTimeoutError("Connection timeout to host")
+
+    monkeypatch.setattr(aiohttp.ClientSession, "post", no_connection)
+    model = make(server, timeout_s=120, max_retries=3)
+    with pytest.raises(ModelUnavailableError, match=r"accepted no connection within 10s \(1 attempt\); too many "
+                       r"connections at once\? lower max_concurrency") as info:
+        await model.complete(MESSAGES, CFG)
+    assert "timed out after 120s" not in str(info.value) and len(calls) == 1
+    await model.aclose()

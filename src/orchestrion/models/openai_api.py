@@ -40,6 +40,8 @@ _JSON_HEADERS = {"Content-Type": "application/json"}
 # (timeouts are not retried); a refused connection is retried with capped backoff: all under a minute.
 DEFAULT_TIMEOUT_S = 45.0
 CONNECT_TIMEOUT_S = 10.0
+# the error aiohttp raises when sock_connect runs out (aiohttp >= 3.10; older ones raise a plain timeout)
+_CONNECT_TIMEOUT: type[BaseException] = getattr(aiohttp, "ConnectionTimeoutError", type("_Never", (Exception,), {}))
 _HINTS = {
     401: "; check the API key in {key}",
     403: "; check the API key in {key}",
@@ -204,14 +206,20 @@ class OpenAIAPIModel:
                 wait = wire.retry_after(resp.headers, self.max_retry_after_s)
                 delay = delay if wait is None else wait
             except (aiohttp.ClientError, TimeoutError) as exc:
-                kind = "timeout" if isinstance(exc, TimeoutError) else "unreachable"
+                kind = ("connect" if isinstance(exc, _CONNECT_TIMEOUT) else
+                        "timeout" if isinstance(exc, TimeoutError) else "unreachable")
                 problem = wire.one_line(str(exc) or type(exc).__name__)
-                if kind == "timeout":  # a hanging server hangs again: one wait of timeout_s, not one per retry
+                if kind != "unreachable":  # a hanging server hangs again: one wait of timeout_s, not one per retry
                     attempts = attempt + 1
                     break
         where = f"model '{self.name}' at {self.url}"
+        tries = f"{attempts} attempt" + ("s" if attempts > 1 else "")
+        if kind == "connect":
+            raise ModelUnavailableError(
+                f"{where} accepted no connection within {self._timeout.sock_connect:g}s ({tries}); too many "
+                "connections at once? lower max_concurrency for this model, or check that the host is reachable"
+            )
         if kind == "timeout":
-            tries = f"{attempts} attempt" + ("s" if attempts > 1 else "")
             raise ModelUnavailableError(
                 f"{where} timed out after {self.timeout_s:g}s ({tries}); is the server overloaded or hung?"
                 " raise timeout_s for this model"
