@@ -5,7 +5,8 @@ fresh process, in three modes taken in turn for each task so that machine noise 
 of them alike:
 
 * ``before``: prefix cache off and 1 thread (``ORCHESTRION_PREFIX_CACHE=off
-  ORCHESTRION_THREADS=1``), the behaviour before pinned prefixes and load-aware threads;
+  ORCHESTRION_THREADS=1``), the behaviour before pinned prefixes and load-aware threads
+  (greedy decisions take the best-token-first path in every mode here; part 2 has it off);
 * ``threads``: prefix cache off, threads chosen by load (what threads alone give);
 * ``warm``: both on, with the pinned heads already on disk (one priming run writes them
   first, into the bench's own cache folder).
@@ -15,11 +16,13 @@ tokens evaluated and reused and the seconds spent, the first decision's prompt t
 evaluated, and the episode's wall time, with the ratios ``before / warm``.
 
 Part 2 (``--eval N``, default 0): ``orchestrion eval --strategies direct,para`` on N 3-digit
-products (seed 7), prefix cache off and on, both runs at once in one process with one
-thread per model (so each has a core of a 2-core machine, outside load slows both alike, and
-the ratio is the cache's alone). Prints accuracy, wall time end to end and prompt tokens
-reused, and the speed-up. Resumable: run ids are kept in ``OUT/state.json``, and a run cut short is finished
-(``eval --resume``) when the script is started again.
+products (seed 7), as before (prefix cache off, and greedy decisions sampled through
+llama-cpp-python's grammar chain) and now, both runs at once in one process with one thread
+per model (so each has a core of a 2-core machine and outside load slows both alike; the
+threads chosen by load are left out of this ratio, part 1 shows them). Prints accuracy, wall
+time end to end and prompt tokens reused, and the speed-up. Resumable: run ids are kept in
+``OUT/state.json``, and a run cut short is finished (``eval --resume``) when the script is
+started again.
 
     .venv/bin/python bench/prefix_cache.py                   # part 1, 3 tasks
     .venv/bin/python bench/prefix_cache.py --episodes 0 --eval 20
@@ -41,6 +44,7 @@ from typing import Any
 import orjson
 
 from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
+from orchestrion.models.llama_cpp import LlamaCppModel
 from orchestrion.models.pool import PoolConfig
 
 TASKS = ["What is 12*13?", "What is 347*29?", "What is 5832/24?", "What is 918-457+36?", "What is 64*64?"]
@@ -127,12 +131,18 @@ def part1(n: int, out: Path) -> None:
 
 
 def pool_factory(before: bool) -> Any:
-    """The local pool with 1 thread per model, the prefix cache off (``before``) or on."""
+    """The local pool with 1 thread per model: as before (prefix cache off, grammar run over the
+    whole vocabulary at each greedy step) or now."""
     def make() -> Pool:
         base = Pool.preset("local").config
         models = [m.model_copy(update={"prefix_cache": not before, "n_threads": 1}) for m in base.models]
-        return Pool(PoolConfig.model_validate({**base.model_dump(), "models": [m.model_dump() for m in models]}),
-                    source="preset 'local', 1 thread, prefix cache " + ("off" if before else "on"))
+        pool = Pool(PoolConfig.model_validate({**base.model_dump(), "models": [m.model_dump() for m in models]}),
+                    source="preset 'local', 1 thread, " + ("as before" if before else "now"))
+        for name in pool.names:
+            model = pool.get(name)
+            if isinstance(model, LlamaCppModel):
+                model.fast_grammar = not before
+        return pool
     return make
 
 
@@ -172,7 +182,7 @@ async def part2(n: int, out: Path) -> None:
     await asyncio.gather(*(timed_run(keys[label], label == "before", n, store, state, state_path)
                            for label in keys))
     rows = [(label, state[key]["wall_s"], summarize(store, state[key]["run_id"])) for label, key in keys.items()]
-    print(f"\neval direct,para on {n} 3-digit products (seed 7), local pool, both modes at once in one "
+    print(f"\neval direct,para on {n} 3-digit products (seed 7), local pool, before and now at once in one "
           "process, 1 thread per model\n")
     print("| mode | strategy | accuracy | episodes | episode wall total | prompt reused |")
     print("|---|---|---|---|---|---|")

@@ -103,6 +103,7 @@ class LlamaCppModel:
         grammar: bool = True,
         prefix_cache: bool | None = None,
     ) -> None:
+        self.fast_grammar = FAST_GRAMMAR_GREEDY  # False: the sampler chain, as before (bench/prefix_cache.py)
         self.name = name
         # False: JSON actions are asked for in the prompt and parsed, never forced by a grammar
         # (`structured: prompt` in pool.yaml; measures what a trained orchestrator learned)
@@ -297,7 +298,7 @@ class LlamaCppModel:
         finish = "length"
         eog = getattr(llm._model, "token_is_eog", None)
         emit = _text_emitter(llm, config.on_text)
-        if grammar is not None and config.temperature == 0.0 and FAST_GRAMMAR_GREEDY:  # same tokens, faster
+        if grammar is not None and config.temperature == 0.0 and self.fast_grammar:  # same tokens, faster
             tokens: Iterator[int] = _greedy_under_grammar(llm, grammar)
         else:
             tokens = llm.generate(prompt_ids, temp=config.temperature, top_p=config.top_p, grammar=grammar, reset=True)
