@@ -24,9 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrion.models._types import Completion, GenerateConfig
 from orchestrion.models.catalog import file_path
 from orchestrion.models.llama_cpp import LlamaCppModel
+from orchestrion.models.types import Completion, GenerateConfig
 
 SYSTEM = "\n".join(
     [

@@ -36,7 +36,7 @@ from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
 from orchestrion.eval.summary import StrategySummary
 from orchestrion.models.pool import PoolConfig
 from orchestrion.models.presets import LOCAL_MODELS
-from orchestrion.strategies.base import get_strategy, strategies
+from orchestrion.strategies.registry import get_strategy, strategies
 
 TASKS = [
     "arithmetic/3_digit_multiplication", "arithmetic/2_digit_division",

@@ -14,8 +14,8 @@ import argparse
 import multiprocessing as mp
 import time
 
-from orchestrion.models._types import GenerateConfig
 from orchestrion.models.llama_cpp import LlamaCppModel
+from orchestrion.models.types import GenerateConfig
 
 
 def burn(stop_at: float) -> None:

@@ -24,19 +24,29 @@ from ._errors import (
     ToolNotFoundError,
     TraceError,
 )
-from .api import EpisodeResult, load_pool, solve, solve_sync
-from .models._cost import Price
-from .models._types import Completion, GenerateConfig, Message, Usage, msg
-from .models.pool import ModelSpec, Pool, PoolConfig
-from .models.protocol import Model
-from .models.scripted import ScriptedModel
+from .api import EpisodeResult, solve, solve_sync
+from .models import (
+    Completion,
+    GenerateConfig,
+    Message,
+    Model,
+    ModelSpec,
+    Pool,
+    PoolConfig,
+    Price,
+    ScriptedModel,
+    Usage,
+    msg,
+)
+from .models.pool import load_pool
 from .runtime.budget import Budget, BudgetTracker
 from .runtime.context import Decision, RunContext
 from .runtime.plan import Plan, Subtask, execute_plan
 from .runtime.protocol import Call, ParaAction, Revision, SubAgentAction
 from .runtime.scheduler import Node, NodeResult, run_dag
 from .runtime.subagent import Harness, SubAgent, SubAgentReport
-from .strategies.base import Answer, Strategy, Task, get_strategy, register, strategies
+from .strategies.base import Answer, Strategy, Task, register
+from .strategies.registry import get_strategy, strategies
 from .tools.defaults import default_tools
 from .tools.envelope import ToolResult, ToolStatus
 from .tools.registry import Tool, ToolRegistry

@@ -16,14 +16,15 @@ from pathlib import Path
 from typing import Any
 
 from ._errors import BudgetExceededError, OrchestrionError
-from .models._types import Usage
-from .models.pool import Pool
+from .models.pool import Pool, load_pool
+from .models.types import Usage
 from .runtime.budget import Budget, BudgetTracker
 from .runtime.context import RunContext
 from .runtime.options import episode_options
 from .runtime.synthesis import conform_answer
 from .runtime.types import EpisodeStatus, Task
-from .strategies.base import Strategy, get_strategy
+from .strategies.base import Strategy
+from .strategies.registry import get_strategy
 from .tools.defaults import default_tools
 from .tools.registry import ToolRegistry
 from .trace.store import TraceStore
@@ -60,14 +61,6 @@ class EpisodeResult:
             "error": self.error,
             "meta": self.meta,
         }
-
-
-def load_pool(pool: Pool | str | Path | None) -> Pool:
-    """A pool object, the pool in a YAML file, a preset (``local``, ``tiny``), or the default
-    (see :meth:`Pool.resolve`)."""
-    if isinstance(pool, Pool):
-        return pool
-    return Pool.resolve(pool)
 
 
 EpisodeScorer = Callable[[Task, str], Awaitable[dict[str, Any]]]

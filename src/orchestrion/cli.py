@@ -28,11 +28,12 @@ from ._cli_common import (
     show_flags_as_switches,
     task_text,
 )
-from .api import EpisodeResult, load_pool, solve
+from .api import EpisodeResult, solve
 from .eval import _cli_datasets, _cli_eval, _cli_report
 from .models import _cli_models
+from .models.pool import load_pool
 from .runtime.budget import Budget
-from .strategies.base import strategies
+from .strategies.registry import strategies
 from .tools.defaults import default_tools
 from .trace._atomic import check_output_file
 from .trace._otel_cli import OtlpOpt, export_otlp, finish_sender, pool_providers, start_sender
@@ -248,7 +249,7 @@ def strategies_cmd(
 ) -> None:
     """List the orchestration strategies, or the options of one (`orchestrion strategies para`)."""
     from .runtime.options import options_table
-    from .strategies.base import get_strategy
+    from .strategies.registry import get_strategy
 
     found = strategies()
     if name is not None:

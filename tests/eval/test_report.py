@@ -19,7 +19,7 @@ from orchestrion._errors import ConfigError, ModelError
 from orchestrion.eval.report import cost_axis, failed_strategies, markdown_table, pareto_front, write_report
 from orchestrion.eval.runner import EvalConfig, run_eval
 from orchestrion.eval.summary import StrategySummary
-from orchestrion.models._cost import Price
+from orchestrion.models.cost import Price
 from orchestrion.models.scripted import ScriptedModel
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -32,7 +32,7 @@ from orchestrion import (
 from orchestrion.cli import app
 from orchestrion.eval.runner import EvalConfig, Observer, Tally, run_eval, unique_ids, work_items
 from orchestrion.eval.summary import summarize
-from orchestrion.models._cost import Price
+from orchestrion.models.cost import Price
 
 ROWS = [
     {"id": "a", "prompt": "What is 2+2?", "answer": "4"},

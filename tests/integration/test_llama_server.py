@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrion import Pool, TraceStore, solve
-from orchestrion.models import catalog
+from orchestrion.models import catalog, download
 from orchestrion.models.local_server import free_port, start_servers
 
 pytestmark = pytest.mark.integration
@@ -26,7 +26,7 @@ NAME = "smollm2-135m"
 @pytest.fixture(scope="module", autouse=True)
 def _smollm2_available() -> None:
     if catalog.pulled_path(NAME) is None:
-        catalog.pull([NAME])
+        download.pull([NAME])
     assert catalog.pulled_path(NAME) is not None
 
 

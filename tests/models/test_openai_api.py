@@ -16,11 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/, for fake
 from fake_openai_server import FakeOpenAIServer, FakeReply, run_in_process  # noqa: E402
 
 from orchestrion._errors import ConfigError, ModelError, ModelHTTPError, ModelUnavailableError
-from orchestrion.models._cost import Price
-from orchestrion.models._types import GenerateConfig, msg
+from orchestrion.models.cost import Price
 from orchestrion.models.openai_api import OpenAIAPIModel, from_spec
-from orchestrion.models.pool import ModelSpec
 from orchestrion.models.protocol import Model
+from orchestrion.models.spec import ModelSpec
+from orchestrion.models.types import GenerateConfig, msg
 from tests.helpers import free_port
 
 MESSAGES = [msg("system", "You are terse."), msg("user", "say hello world")]
@@ -312,7 +312,7 @@ async def test_a_hung_server_is_waited_for_once_not_per_retry(server: FakeOpenAI
 
 def test_default_timeouts_fail_a_dead_server_within_a_minute() -> None:
     from orchestrion.models.openai_api import CONNECT_TIMEOUT_S, DEFAULT_TIMEOUT_S
-    from orchestrion.models.pool import ModelSpec
+    from orchestrion.models.spec import ModelSpec
 
     model = OpenAIAPIModel("m", "http://127.0.0.1:9/v1")
     spec = ModelSpec(name="m", base_url="http://127.0.0.1:9/v1")

@@ -156,7 +156,7 @@ def test_a_pool_file_named_like_a_preset_wins(tmp_path: Path, monkeypatch: pytes
 
 @pytest.mark.integration
 async def test_structured_prompt_turns_the_llama_cpp_grammar_off(tmp_path: Path) -> None:
-    from orchestrion.models.llama_cpp import find_smollm2_gguf
+    from orchestrion.models.catalog import find_smollm2_gguf
 
     path = tmp_path / "pool.yaml"
     body = "models:\n" + "".join(

@@ -12,7 +12,7 @@ from orchestrion._prompts import Prompt, render, static_chars
 from orchestrion.models._kv_cache import KVState, PrefixStateCache
 from orchestrion.models._kv_disk import DiskStateStore
 from orchestrion.models._prefix import PrefixReuse, static_offset
-from orchestrion.models._types import Completion, GenerateConfig, Message, msg
+from orchestrion.models.types import Completion, GenerateConfig, Message, msg
 
 # --- what is static ---
 

@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from orchestrion import GenerateConfig, Pool, ScriptedModel, TraceStore, solve
-from orchestrion.models._types import msg
+from orchestrion.models.types import msg
 from orchestrion.runtime.synthesis import ANSWER, AnswerChannel, Evidence, GroundedStream, ground, text_pieces
 
 EVIDENCE = [Evidence("calculator 12*13 -> status=OK 156"), Evidence("reasoner (ok): thinking...\nAnswer: 42")]

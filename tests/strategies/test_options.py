@@ -15,8 +15,8 @@ from orchestrion.models.llama_cpp import LlamaCppModel
 from orchestrion.runtime.budget import BudgetTracker
 from orchestrion.runtime.context import RunContext
 from orchestrion.runtime.options import StrategyOptions, episode_options
-from orchestrion.strategies.base import strategies
 from orchestrion.strategies.para import Para
+from orchestrion.strategies.registry import strategies
 from orchestrion.trace.tracer import Tracer
 
 # keys that eval (seed), training rollouts (seed, replay_decisions, decision_temperature), serve

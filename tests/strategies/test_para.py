@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from orchestrion import Budget, Pool, ScriptedModel, ToolRegistry, TraceStore, solve
-from orchestrion.models._cost import Price
+from orchestrion.models.cost import Price
 from orchestrion.tools.agents import agent_tools
 from tests.helpers import CrashTool, SlowTool
 

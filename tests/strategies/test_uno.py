@@ -17,7 +17,7 @@ from orchestrion import (
     TraceStore,
     solve,
 )
-from orchestrion.models._cost import Price
+from orchestrion.models.cost import Price
 from orchestrion.strategies.uno import (
     DirectPrimitive,
     Pair,

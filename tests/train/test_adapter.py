@@ -14,7 +14,7 @@ from safetensors.numpy import save_file
 
 from orchestrion import Pool
 from orchestrion._errors import ConfigError
-from orchestrion.models import _adapter as adapter_mod
+from orchestrion.models import adapter as adapter_mod
 from orchestrion.models.pool import EMBEDDED_NAME, ModelSpec
 from orchestrion.models.scripted import ScriptedModel
 from orchestrion.train.adapter import (
@@ -277,7 +277,7 @@ def _corr(a: np.ndarray, b: np.ndarray) -> float:
 @pytest.fixture(scope="module")
 def f32_base(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """The embedded model de-quantized to float32 GGUF: llama.cpp then computes what HF computes."""
-    from orchestrion.models.llama_cpp import find_smollm2_gguf
+    from orchestrion.models.catalog import find_smollm2_gguf
 
     reader = gguf.GGUFReader(str(find_smollm2_gguf()))
     path = tmp_path_factory.mktemp("f32") / "smollm2-f32.gguf"
@@ -330,7 +330,7 @@ def hf_logits(adapters: Path) -> dict[str, np.ndarray]:
 def test_hf_weights_are_the_gguf_weights_once_q_and_k_are_permuted() -> None:
     from safetensors import safe_open
 
-    from orchestrion.models.llama_cpp import find_smollm2_gguf
+    from orchestrion.models.catalog import find_smollm2_gguf
     from orchestrion.train.hf import _gguf, _hf_dir, load_model
 
     cached = _hf_dir(_gguf(None))
@@ -372,7 +372,7 @@ def test_llama_cpp_with_adapter_computes_what_hf_computes(
 
 @pytest.mark.integration
 def test_the_quantized_embedded_model_loads_the_adapter(hf_logits: dict[str, np.ndarray], adapters: Path) -> None:
-    from orchestrion.models.llama_cpp import find_smollm2_gguf
+    from orchestrion.models.catalog import find_smollm2_gguf
 
     ids = _prompt_ids()
     q4 = find_smollm2_gguf()

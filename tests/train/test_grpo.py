@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, TraceStore
 from orchestrion.eval.scorers import Score
-from orchestrion.models._types import msg
+from orchestrion.models.types import msg
 from orchestrion.runtime.context import RunContext
 from orchestrion.strategies import base as strategy_base
 from orchestrion.strategies.base import Answer, Strategy, Task

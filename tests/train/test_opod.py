@@ -21,7 +21,7 @@ from orchestrion import (
     TraceStore,
     solve,
 )
-from orchestrion.models._types import msg
+from orchestrion.models.types import msg
 from orchestrion.runtime.context import RunContext
 from orchestrion.strategies.base import Answer, Strategy, Task
 from orchestrion.train._policy import Policy

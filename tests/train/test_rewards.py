@@ -10,7 +10,7 @@ import pytest
 
 from orchestrion import Pool, ScriptedModel, Task, TraceStore, solve
 from orchestrion._errors import ConfigError, TraceError
-from orchestrion.models._cost import Price
+from orchestrion.models.cost import Price
 from orchestrion.train.rewards import (
     RewardConfig,
     combine,

@@ -20,7 +20,7 @@ from orchestrion import (
     ToolRegistry,
     TraceStore,
 )
-from orchestrion.models._types import Completion
+from orchestrion.models.types import Completion
 from orchestrion.runtime.context import decision_seed
 from orchestrion.train.rollouts import (
     ROLLOUT_TEMPERATURE,

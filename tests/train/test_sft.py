@@ -150,7 +150,7 @@ def _completion_nll(rows: list[dict[str, Any]], lora: Path | None) -> float:
     """Mean negative log-likelihood of the completion tokens under llama.cpp (quantized base)."""
     import llama_cpp
 
-    from orchestrion.models.llama_cpp import find_smollm2_gguf
+    from orchestrion.models.catalog import find_smollm2_gguf
 
     llm = llama_cpp.Llama(model_path=str(find_smollm2_gguf()), lora_path=str(lora) if lora else None,
                           n_ctx=256, n_threads=1, logits_all=True, verbose=False)

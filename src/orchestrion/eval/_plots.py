@@ -7,14 +7,27 @@ import); no pyplot global state is touched, so plotting is safe from any thread.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
 
 if TYPE_CHECKING:
-    from .report import CostAxis
     from .summary import StrategySummary
+
+@dataclass(frozen=True)
+class CostAxis:
+    """What "cost" means for one report: the value per strategy and how to label it."""
+
+    values: list[float]
+    unit: str  # "usd" or "tokens"
+    label: str  # the axis label
+    note: str = ""  # why tokens stand in for dollars, when they do
+
+    def format(self, value: float) -> str:
+        return f"${value:.6f}" if self.unit == "usd" else f"{value:,.0f} tokens"
+
 
 _FRONT_COLOUR = "#d62728"
 _POINT_COLOUR = "#1f77b4"

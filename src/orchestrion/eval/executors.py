@@ -27,7 +27,7 @@ from ..models.pool import Pool, PoolConfig
 from ..runtime.budget import Budget
 from ..runtime.options import options_for
 from ..runtime.types import Task
-from ..strategies.base import get_strategy
+from ..strategies.registry import get_strategy
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore

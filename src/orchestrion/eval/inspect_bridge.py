@@ -37,11 +37,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .._errors import ConfigError
-from ..api import load_pool, solve
-from ..models.pool import Pool
+from ..api import solve
+from ..models.pool import Pool, load_pool
 from ..runtime.budget import Budget
 from ..runtime.types import Task
-from ..strategies.base import Strategy, get_strategy
+from ..strategies.base import Strategy
+from ..strategies.registry import get_strategy
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 

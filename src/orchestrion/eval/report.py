@@ -27,6 +27,8 @@ import orjson
 
 from .._errors import ConfigError
 from ..trace.store import TraceStore
+from . import _plots
+from ._plots import CostAxis
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -56,19 +58,6 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
         if not dominated:
             front.append(i)
     return sorted(front, key=lambda i: (points[i][0], -points[i][1], i))
-
-
-@dataclass(frozen=True)
-class CostAxis:
-    """What "cost" means for one report: the value per strategy and how to label it."""
-
-    values: list[float]
-    unit: str  # "usd" or "tokens"
-    label: str  # the axis label
-    note: str = ""  # why tokens stand in for dollars, when they do
-
-    def format(self, value: float) -> str:
-        return f"${value:.6f}" if self.unit == "usd" else f"{value:,.0f} tokens"
 
 
 def cost_axis(summaries: Sequence[StrategySummary]) -> CostAxis:
@@ -128,7 +117,6 @@ class Report:
 
 def write_report(store: TraceStore, run_id: str, out_dir: str | Path | None = None) -> Report:
     """Write ``report.md`` and the plots for one run; ``out_dir`` defaults to ``report-<id prefix>``."""
-    from . import _plots
     from .summary import run_info, summarize, summary_table
 
     full_id = resolve_run(store, run_id)

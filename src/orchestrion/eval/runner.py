@@ -22,7 +22,7 @@ from .._errors import ConfigError
 from ..runtime.budget import Budget
 from ..runtime.options import check_run_options
 from ..runtime.types import Task
-from ..strategies.base import get_strategy
+from ..strategies.registry import get_strategy
 from ..trace.store import TraceStore
 from ..trace.tracer import new_id
 from ._lock import run_lock

@@ -52,7 +52,7 @@ def _table(full: bool) -> tuple[Table, list[str]]:
 def _pull(names: list[str], force: bool) -> None:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    from .catalog import pull
+    from .download import pull
 
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   TimeRemainingColumn(), console=err, transient=True) as bar:

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from ._types import Message, msg
+from .types import Message, msg
 
 
 async def sse_data(resp: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:

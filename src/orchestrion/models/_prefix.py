@@ -20,7 +20,7 @@ from typing import Any
 from .._prompts import Prompt, static_chars
 from ._kv_cache import KVState, PrefixStateCache, common_prefix, load_state, reusable, save_state
 from ._kv_disk import DiskStateStore, file_sha256
-from ._types import Message
+from .types import Message
 
 log = logging.getLogger(__name__)
 

@@ -150,7 +150,7 @@ def peft_to_gguf(
             "pip install 'orchestrion[train]'"
         ) from None
 
-    from .llama_cpp import find_smollm2_gguf
+    from .catalog import find_smollm2_gguf
 
     src = Path(peft_dir)
     out = Path(out_path) if out_path is not None else src / ADAPTER_GGUF

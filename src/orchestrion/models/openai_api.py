@@ -27,11 +27,11 @@ from yarl import URL
 
 from .._errors import ConfigError, ModelError, ModelHTTPError, ModelUnavailableError
 from . import _openai_wire as wire
-from ._cost import Price, cost_of
-from ._types import UNCONSTRAINED_MODES, Completion, GenerateConfig, Message, StructuredMode, Usage
+from .cost import Price, cost_of
+from .types import UNCONSTRAINED_MODES, Completion, GenerateConfig, Message, StructuredMode, Usage
 
 if TYPE_CHECKING:
-    from .pool import ModelSpec
+    from .spec import ModelSpec
 
 _AUTO_ORDER: tuple[str, ...] = ("json_schema", "json_object", "prompt")
 _FALLBACK_HINTS = ("response_format", "json_schema", "json_object", "structured", "guided", "grammar")

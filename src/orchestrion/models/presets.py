@@ -14,8 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._errors import ConfigError
-from ._cost import Price
 from .catalog import pulled_path
+from .cost import Price
 
 MACHINE_USD_PER_HOUR = 0.10  # nominal price of the 2-core machine the speeds were measured on
 

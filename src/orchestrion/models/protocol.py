@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from ._types import Completion, GenerateConfig, Message
+from .types import Completion, GenerateConfig, Message
 
 
 @runtime_checkable

@@ -12,8 +12,8 @@ import time
 from collections.abc import Callable, Sequence
 
 from .._errors import ModelError
-from ._cost import Price, cost_of
-from ._types import Completion, GenerateConfig, Message, Usage
+from .cost import Price, cost_of
+from .types import Completion, GenerateConfig, Message, Usage
 
 Reply = str | Exception
 ReplyFn = Callable[[Sequence[Message], GenerateConfig], Reply]

@@ -14,7 +14,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from .._text import extract_json
-from ._types import Message, msg
+from .types import Message, msg
 
 T = TypeVar("T", bound=BaseModel)
 

@@ -14,7 +14,7 @@ import time
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._errors import BudgetExceededError, ConfigError
-from ..models._types import Usage
+from ..models.types import Usage
 
 
 class Budget(BaseModel):

@@ -15,9 +15,9 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel
 
 from .._errors import ModelError
-from ..models._types import Completion, GenerateConfig, Message, Usage
 from ..models.pool import Pool
 from ..models.structured import parse_as, repair_messages, schema_prompt
+from ..models.types import Completion, GenerateConfig, Message, Usage
 from ..tools.envelope import ToolResult, ToolStatus
 from ..tools.registry import ToolRegistry
 from ..trace.tracer import Tracer

@@ -18,7 +18,7 @@ from pydantic import Field
 
 from .._errors import ModelError, PlanError
 from .._prompts import render
-from ..models._types import Message, msg
+from ..models.types import Message, msg
 from .context import ORCHESTRATOR_CONFIG, RunContext
 from .options import StrategyOptions
 from .plan import Plan, Subtask, validate_plan

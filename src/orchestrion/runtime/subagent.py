@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from .._prompts import render
-from ..models._types import GenerateConfig, Message, msg
+from ..models.types import GenerateConfig, Message, msg
 from .context import RunContext
 from .protocol import Revision, SubAgentAction, narrow
 

@@ -26,8 +26,8 @@ import orjson
 
 from .._prompts import render
 from .._text import extract_json
-from ..models._types import Completion, Message, msg
 from ..models.structured import repair_messages, schema_prompt
+from ..models.types import Completion, Message, msg
 from .context import RunContext
 
 _CITE = re.compile(r"\[\s*R(\d+)\s*\]")

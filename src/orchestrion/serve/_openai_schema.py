@@ -90,9 +90,9 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..api import EpisodeResult
-from ..models._types import Usage
+from ..models.types import Usage
 from ..runtime.budget import Budget
-from ..strategies.base import strategies
+from ..strategies.registry import strategies
 from ..trace._bus import EventType, TraceEvent
 
 MODEL_PREFIX = "orchestrion/"

@@ -38,12 +38,12 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._errors import ConfigError
-from ..api import EpisodeResult, load_pool, solve
-from ..models.pool import Pool
+from ..api import EpisodeResult, solve
+from ..models.pool import Pool, load_pool
 from ..runtime.budget import Budget
 from ..runtime.synthesis import ANSWER
 from ..runtime.types import Task
-from ..strategies.base import strategies
+from ..strategies.registry import strategies
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore

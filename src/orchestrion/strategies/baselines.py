@@ -24,7 +24,7 @@ from pydantic import Field
 from .._errors import BudgetExceededError
 from .._prompts import render
 from .._text import extract_answer, normalize
-from ..models._types import GenerateConfig, msg
+from ..models.types import GenerateConfig, msg
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport

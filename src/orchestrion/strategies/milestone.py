@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .._prompts import render
 from .._text import normalize
-from ..models._types import Message, msg
+from ..models.types import Message, msg
 from ..runtime.context import RunContext
 from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.plan_repair import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan

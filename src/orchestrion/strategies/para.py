@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import Field
 
 from .._prompts import render
-from ..models._types import msg
+from ..models.types import msg
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.protocol import Call, ParaAction, narrow

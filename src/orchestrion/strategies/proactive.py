@@ -41,7 +41,7 @@ from pydantic import Field
 
 from .._errors import BudgetExceededError, OrchestrionError
 from .._prompts import render
-from ..models._types import msg
+from ..models.types import msg
 from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.protocol import Revision

@@ -38,8 +38,8 @@ from typing import Any
 from pydantic import Field
 
 from .._prompts import render
-from ..models._types import GenerateConfig, msg
-from ..models.pool import ModelSpec
+from ..models.spec import ModelSpec
+from ..models.types import GenerateConfig, msg
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
 from ..tools._ranking import nearest

@@ -30,8 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .._errors import PlanError
 from .._prompts import render
-from ..models._types import msg
 from ..models.pool import Pool
+from ..models.types import msg
 from ..runtime.context import RunContext
 from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow

@@ -39,7 +39,7 @@ from pydantic import Field
 from .._errors import PlanError
 from .._prompts import render
 from .._text import last_line, normalize
-from ..models._types import msg
+from ..models.types import msg
 from ..runtime.context import RunContext
 from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.plan_repair import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan

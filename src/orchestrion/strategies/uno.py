@@ -32,9 +32,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .._errors import PlanError
 from .._prompts import render
-from ..models._cost import cost_of
-from ..models._types import Message, msg
+from ..models.cost import cost_of
 from ..models.pool import Pool
+from ..models.types import Message, msg
 from ..runtime.context import ORCHESTRATOR_CONFIG, Decision, RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.plan import Subtask, execute_plan, results_text

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from .._prompts import render
 from .._text import PYTHON_FENCES, code_blocks, last_line, normalize
-from ..models._types import GenerateConfig, msg
+from ..models.types import GenerateConfig, msg
 from .envelope import ToolResult, ToolStatus
 from .registry import Tool
 

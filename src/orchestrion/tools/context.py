@@ -11,8 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
-    from ..models._types import Completion, GenerateConfig, Message
     from ..models.pool import Pool
+    from ..models.types import Completion, GenerateConfig, Message
     from .envelope import ToolResult
 
 

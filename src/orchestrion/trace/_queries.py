@@ -19,7 +19,7 @@ import orjson
 
 from .._errors import TraceError
 from .._status import EpisodeStatus
-from ..models._types import Usage
+from ..models.types import Usage
 from ._bus import EventType, TraceEvent
 from ._json import dumps
 

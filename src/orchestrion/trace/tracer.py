@@ -16,7 +16,7 @@ from contextvars import ContextVar, Token
 from typing import Any
 
 from .._status import EpisodeStatus
-from ..models._types import Usage
+from ..models.types import Usage
 from ._bus import EventType, TraceEvent
 from ._json import dumps as dumps
 from .store import TraceStore

@@ -24,8 +24,7 @@ import torch
 from ..models.pool import Pool
 from ..runtime.types import Task
 from ._checkpoint import CHECKPOINT, load_checkpoint, read_state, save_checkpoint
-from ._types import TrainSample
-from .grpo import (
+from ._grpo_steps import (
     GRPORun,
     StepLog,
     check_vocab,
@@ -35,6 +34,7 @@ from .grpo import (
     set_old_logprobs,
     valid_rate,
 )
+from ._types import TrainSample
 from .rollouts import collect_groups, group_samples
 
 

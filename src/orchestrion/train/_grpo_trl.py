@@ -45,9 +45,9 @@ import torch
 
 from .._errors import ConfigError
 from ..runtime.types import Task
+from ._grpo_steps import GRPORun, StepLog, check_vocab, rollout_pool, valid_rate
 from ._policy import Policy
 from ._types import TrainSample
-from .grpo import GRPORun, StepLog, check_vocab, rollout_pool, valid_rate
 from .rollouts import collect_groups, decision_rows
 
 CHECKPOINTS = "checkpoints"

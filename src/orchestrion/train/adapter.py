@@ -1,13 +1,13 @@
 """LoRA adapters for llama.cpp: PEFT -> GGUF conversion and adapter resolution.
 
-The implementation lives in :mod:`orchestrion.models._adapter` (loading a model with an
+The implementation lives in :mod:`orchestrion.models.adapter` (loading a model with an
 adapter needs it, and models sit below train); this module re-exports it for training code
 and for compatibility (``orchestrion.train.adapter.resolve_adapter``).
 """
 
 from __future__ import annotations
 
-from ..models._adapter import (
+from ..models.adapter import (
     ADAPTER_GGUF,
     MODULE_NAMES,
     BaseShape,

@@ -35,9 +35,9 @@ from typing import Any
 from .._errors import ConfigError
 from .._text import locate_json
 from ..api import EpisodeResult, solve
-from ..models._types import Usage
 from ..models.pool import Pool
 from ..models.structured import parse_as
+from ..models.types import Usage
 from ..runtime.budget import Budget
 from ..runtime.types import Task
 from ..strategies.spec import (

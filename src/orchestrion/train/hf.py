@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
 from .._paths import cache_dir
-from ..models.llama_cpp import find_smollm2_gguf
+from ..models.catalog import find_smollm2_gguf
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

@@ -32,10 +32,9 @@ from pydantic import BaseModel
 
 from .._errors import ConfigError, ModelError
 from .._prompts import render
-from ..api import load_pool
-from ..models._types import GenerateConfig, Message, msg
-from ..models.pool import Pool
+from ..models.pool import Pool, load_pool
 from ..models.structured import parse_as
+from ..models.types import GenerateConfig, Message, msg
 from ..trace.store import TraceStore
 from ._checkpoint import CHECKPOINT, load_checkpoint, read_state, save_checkpoint
 from ._losses import reverse_kl, rwr_loss
