@@ -31,21 +31,9 @@ from openai import AsyncOpenAI
 from rich.console import Console
 from rich.table import Table
 
-from orchestrion import (
-    BudgetTracker,
-    GenerateConfig,
-    ModelSpec,
-    Node,
-    Pool,
-    PoolConfig,
-    Price,
-    RunContext,
-    ToolRegistry,
-    Tracer,
-    TraceStore,
-    msg,
-    run_dag,
-)
+from orchestrion import GenerateConfig, ModelSpec, Pool, PoolConfig, Price, RunContext, ToolRegistry, TraceStore, msg
+from orchestrion.runtime import BudgetTracker, Node, run_dag
+from orchestrion.trace import Tracer
 from orchestrion.trace.tracer import new_id, reset_current, set_current
 
 SERVER_SCRIPT = Path(__file__).resolve().parents[1] / "tests" / "fake_openai_server.py"

@@ -1,14 +1,14 @@
 """Orchestrion: learned agentic orchestration on one runtime.
 
-The public API is re-exported here; submodules are importable but private by
-convention. The eval and train names are imported on first access (module
-``__getattr__``), so ``import orchestrion`` loads neither package.
+The user API is re-exported here. Every package (models, tools, trace, runtime, strategies,
+eval, train, serve) names its own public pieces in its ``__init__``; a module whose name starts
+with ``_`` is private to its package. The eval and train names are imported on first access
+(module ``__getattr__``), so ``import orchestrion`` loads neither package.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ._errors import (
     BudgetExceededError,
@@ -24,6 +24,8 @@ from ._errors import (
     ToolNotFoundError,
     TraceError,
 )
+from ._lazy import lazy_names
+from ._status import EpisodeStatus
 from .api import EpisodeResult, solve, solve_sync
 from .models import (
     Completion,
@@ -39,19 +41,10 @@ from .models import (
     msg,
 )
 from .models.pool import load_pool
-from .runtime.budget import Budget, BudgetTracker
-from .runtime.context import Decision, RunContext
-from .runtime.plan import Plan, Subtask, execute_plan
-from .runtime.protocol import Call, ParaAction, Revision, SubAgentAction
-from .runtime.scheduler import Node, NodeResult, run_dag
-from .runtime.subagent import Harness, SubAgent, SubAgentReport
-from .strategies.base import Answer, Strategy, Task, register
-from .strategies.registry import get_strategy, strategies
-from .tools.defaults import default_tools
-from .tools.envelope import ToolResult, ToolStatus
-from .tools.registry import Tool, ToolRegistry
-from .trace.store import TraceStore
-from .trace.tracer import Span, Tracer
+from .runtime import Answer, Budget, RunContext, StrategyOptions, Task
+from .strategies import Strategy, get_strategy, register, strategies
+from .tools import Tool, ToolRegistry, ToolResult, ToolStatus, default_tools
+from .trace import TraceStore
 
 if TYPE_CHECKING:
     from .eval.datasets import Dataset, fetch_dataset, list_datasets, load_dataset
@@ -59,12 +52,15 @@ if TYPE_CHECKING:
     from .eval.runner import EvalConfig, EvalRun, run_eval
     from .eval.scorers import Score, Scorer, pass_at_k
     from .eval.summary import StrategySummary, summarize
+    from .train.grpo import train_grpo
+    from .train.opod import train_opod
     from .train.records import DecisionRecord, RecordFilter, filter_records, load_records
     from .train.rewards import RewardConfig
     from .train.settings import GRPOSettings, OPODSettings, RolloutSettings, SFTSettings, TreeSettings
+    from .train.sft import train_sft
 
 # public name -> module it lives in, imported on first access
-_LAZY: dict[str, str] = {
+__getattr__, __dir__ = lazy_names(__name__, globals(), {
     **dict.fromkeys(("Dataset", "fetch_dataset", "list_datasets", "load_dataset"), ".eval.datasets"),
     "write_report": ".eval.report",
     **dict.fromkeys(("EvalConfig", "EvalRun", "run_eval"), ".eval.runner"),
@@ -74,51 +70,34 @@ _LAZY: dict[str, str] = {
     "RewardConfig": ".train.rewards",
     **dict.fromkeys(("GRPOSettings", "OPODSettings", "RolloutSettings", "SFTSettings", "TreeSettings"),
                     ".train.settings"),
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
-
+    "train_grpo": ".train.grpo",
+    "train_opod": ".train.opod",
+    "train_sft": ".train.sft",
+})
 
 __version__ = "0.1.0"
 
+# the user API: solve a task, build a pool, write a strategy or a tool, evaluate, train.
+# The runtime's pieces (plans, the scheduler, sub-agents, action schemas, tracer) live in their packages.
 __all__ = [
-    "Answer", "Budget", "BudgetExceededError", "BudgetTracker", "Call", "Completion", "ConfigError",
-    "Decision", "EpisodeResult", "GenerateConfig", "Harness", "Message", "Model", "ModelError",
-    "ModelHTTPError", "ModelNotFoundError", "ModelSpec", "ModelUnavailableError", "Node", "NodeResult",
-    "OrchestrionError", "ParaAction", "Plan", "PlanError", "Subtask", "execute_plan", "Pool", "PoolConfig", "Price",
-    "Revision", "RunContext", "ScriptedModel",
-    "Span", "Strategy", "StrategyNotFoundError", "StructuredOutputError", "SubAgent", "SubAgentAction",
-    "SubAgentReport", "Task", "Tool", "ToolNotFoundError", "ToolRegistry", "ToolResult", "ToolStatus",
-    "TraceError", "TraceStore", "Tracer", "Usage", "__version__", "default_tools", "get_strategy", "load_pool",
-    "msg", "register", "run_dag", "solve", "solve_sync", "strategies",
-    "Dataset",
-    "GRPOSettings", "OPODSettings", "RolloutSettings", "SFTSettings", "TreeSettings",
-    "fetch_dataset",
-    "list_datasets",
-    "load_dataset",
-    "write_report",
-    "EvalConfig",
-    "EvalRun",
-    "run_eval",
-    "Score",
-    "Scorer",
-    "pass_at_k",
-    "StrategySummary",
-    "summarize",
-    "DecisionRecord",
-    "RecordFilter",
-    "filter_records",
-    "load_records",
-    "RewardConfig",
+    # errors
+    "BudgetExceededError", "ConfigError", "ModelError", "ModelHTTPError", "ModelNotFoundError",
+    "ModelUnavailableError", "OrchestrionError", "PlanError", "StrategyNotFoundError", "StructuredOutputError",
+    "ToolNotFoundError", "TraceError",
+    # solving
+    "EpisodeResult", "EpisodeStatus", "Task", "__version__", "solve", "solve_sync",
+    # models
+    "Completion", "GenerateConfig", "Message", "Model", "ModelSpec", "Pool", "PoolConfig", "Price", "ScriptedModel",
+    "Usage", "load_pool", "msg",
+    # strategies and tools
+    "Answer", "Budget", "RunContext", "Strategy", "StrategyOptions", "Tool", "ToolRegistry", "ToolResult",
+    "ToolStatus", "default_tools", "get_strategy", "register", "strategies",
+    # traces
+    "TraceStore",
+    # eval (imported on first access)
+    "Dataset", "EvalConfig", "EvalRun", "Score", "Scorer", "StrategySummary", "fetch_dataset", "list_datasets",
+    "load_dataset", "pass_at_k", "run_eval", "summarize", "write_report",
+    # train (imported on first access)
+    "DecisionRecord", "GRPOSettings", "OPODSettings", "RecordFilter", "RewardConfig", "RolloutSettings",
+    "SFTSettings", "TreeSettings", "filter_records", "load_records", "train_grpo", "train_opod", "train_sft",
 ]

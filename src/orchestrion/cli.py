@@ -35,7 +35,7 @@ from .models.pool import load_pool
 from .runtime.budget import Budget
 from .strategies.registry import strategies
 from .tools.defaults import default_tools
-from .trace._atomic import check_output_file
+from .trace import check_output_file
 from .trace._otel_cli import OtlpOpt, export_otlp, finish_sender, pool_providers, start_sender
 from .trace._otel_cli import episode_id as _episode_id
 from .trace.export import export_jsonl

@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrion import Budget, BudgetTracker, Harness, Pool, RunContext, SubAgent, Tracer, TraceStore, solve
+from orchestrion import Budget, Pool, RunContext, TraceStore, solve
 from orchestrion.models.llama_cpp import LlamaCppModel
 from orchestrion.models.pool import EMBEDDED_NAME
+from orchestrion.runtime import BudgetTracker, Harness, SubAgent
 from orchestrion.runtime.protocol import ParaAction
 from orchestrion.tools.defaults import default_tools
+from orchestrion.trace import Tracer
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,6 @@ import pytest
 from orchestrion import (
     Budget,
     BudgetExceededError,
-    BudgetTracker,
     ConfigError,
     ModelUnavailableError,
     Pool,
@@ -17,6 +16,7 @@ from orchestrion import (
     Usage,
     solve,
 )
+from orchestrion.runtime import BudgetTracker
 
 
 def test_parse_cli_budget() -> None:

@@ -2,17 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrion import (
-    BudgetTracker,
-    ModelError,
-    ParaAction,
-    Pool,
-    RunContext,
-    ScriptedModel,
-    ToolRegistry,
-    Tracer,
-    TraceStore,
-)
+from orchestrion import ModelError, Pool, RunContext, ScriptedModel, ToolRegistry, TraceStore
+from orchestrion.runtime import BudgetTracker
+from orchestrion.runtime.protocol import ParaAction
+from orchestrion.trace import Tracer
 
 
 def make_ctx(store: TraceStore, model: ScriptedModel) -> RunContext:

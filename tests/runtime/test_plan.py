@@ -2,19 +2,11 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrion import (
-    BudgetTracker,
-    PlanError,
-    Pool,
-    RunContext,
-    ScriptedModel,
-    Tool,
-    ToolRegistry,
-    Tracer,
-    TraceStore,
-)
+from orchestrion import PlanError, Pool, RunContext, ScriptedModel, Tool, ToolRegistry, TraceStore
+from orchestrion.runtime import BudgetTracker
 from orchestrion.runtime.plan import Subtask, execute_plan, results_text
 from orchestrion.tools.agents import agent_tools
+from orchestrion.trace import Tracer
 from tests.helpers import SlowTool
 
 

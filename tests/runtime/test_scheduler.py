@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from orchestrion import Node, PlanError, run_dag
+from orchestrion import PlanError
+from orchestrion.runtime import Node, run_dag
 from orchestrion.runtime.scheduler import topological_order
 
 

@@ -1,17 +1,8 @@
 from __future__ import annotations
 
-from orchestrion import (
-    BudgetTracker,
-    Harness,
-    Pool,
-    Revision,
-    RunContext,
-    ScriptedModel,
-    SubAgent,
-    ToolRegistry,
-    Tracer,
-    TraceStore,
-)
+from orchestrion import Pool, RunContext, ScriptedModel, ToolRegistry, TraceStore
+from orchestrion.runtime import BudgetTracker, Harness, Revision, SubAgent
+from orchestrion.trace import Tracer
 from tests.helpers import LookupTool, act
 
 

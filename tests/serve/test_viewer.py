@@ -190,7 +190,7 @@ def test_episode_lists_the_other_episodes_of_its_task(client: TestClient, episod
 
 
 def test_the_live_stream_never_creates_a_database(tmp_path: Path) -> None:
-    from orchestrion.trace._watch import FileWatch
+    from orchestrion.trace import FileWatch
 
     missing = tmp_path / "missing.db"
     watcher = FileWatch(missing)  # the stream's read-only look at the file

@@ -11,21 +11,19 @@ import pytest
 
 from orchestrion import (
     Budget,
-    BudgetTracker,
     Completion,
     GenerateConfig,
-    Harness,
     Message,
     Pool,
-    Revision,
     RunContext,
     ScriptedModel,
     ToolRegistry,
-    Tracer,
     TraceStore,
     solve,
 )
+from orchestrion.runtime import BudgetTracker, Harness, Revision
 from orchestrion.strategies._proactive_protocol import PausingSubAgent, ProactiveAction, decision_schema
+from orchestrion.trace import Tracer
 from tests.helpers import LookupTool, act
 
 

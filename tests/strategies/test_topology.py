@@ -14,12 +14,12 @@ from orchestrion import (
     PlanError,
     Pool,
     ScriptedModel,
-    Subtask,
     Tool,
     ToolRegistry,
     TraceStore,
     solve,
 )
+from orchestrion.runtime import Subtask
 from orchestrion.strategies.topology import WorkCounter, consistency, dag_features, route, support
 from orchestrion.tools.agents import agent_tools
 from tests.helpers import SlowTool as Slow

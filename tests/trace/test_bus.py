@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve
-from orchestrion.trace._bus import EventType, TraceEvent
+from orchestrion.trace.bus import EventType, TraceEvent
 
 
 async def _collect(store: TraceStore, episode_id: str | None = None) -> tuple[asyncio.Task[list[TraceEvent]], object]:

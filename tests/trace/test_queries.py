@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from orchestrion import Tracer, TraceStore, Usage
+from orchestrion import TraceStore, Usage
+from orchestrion.trace import Tracer
 
 
 def _episode(store: TraceStore, eid: str, run: str | None, started: float, task_id: str = "t",

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrion import TraceError, Tracer, TraceStore, Usage
+from orchestrion import TraceError, TraceStore, Usage
+from orchestrion.trace import Tracer
 from orchestrion.trace.export import export_jsonl
 
 

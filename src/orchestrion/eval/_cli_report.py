@@ -22,7 +22,7 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None,
     ) -> None:
         """Write report.md (config, per-strategy table, Pareto-optimal strategies) and PNG plots for an eval run."""
-        from ..trace._atomic import atomic_files
+        from ..trace import atomic_files
         from ..trace.store import default_db_path, open_for_reading
         from .report import resolve_run, write_report
 

@@ -93,7 +93,7 @@ from ..api import EpisodeResult
 from ..models.types import Usage
 from ..runtime.budget import Budget
 from ..strategies.registry import strategies
-from ..trace._bus import EventType, TraceEvent
+from ..trace.bus import EventType, TraceEvent
 
 MODEL_PREFIX = "orchestrion/"
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from .._errors import RunLockedError
 from .._status import EpisodeStatus
-from ..eval._lock import run_lock
+from ..eval import run_lock
 from ..trace.store import TraceStore
 
 

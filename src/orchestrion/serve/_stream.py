@@ -19,7 +19,7 @@ from starlette.types import Receive, Scope, Send
 from .._errors import ConfigError, OrchestrionError
 from ..api import EpisodeResult
 from ..runtime.synthesis import AnswerChannel, text_pieces
-from ..trace._bus import EventType, TraceEvent
+from ..trace.bus import EventType, TraceEvent
 from ..trace.store import TraceStore
 from ._failures import failure, summary
 from ._openai_schema import (

@@ -43,9 +43,7 @@ from typing import Any
 import orjson
 
 from .._errors import TraceError
-from ..trace._atomic import atomic_files
-from ..trace._watch import FileWatch
-from ..trace.store import TraceStore
+from ..trace import FileWatch, TraceStore, atomic_files
 from . import _viewer_data as data
 from ._exposure import api_key, key_matches, refuse_exposure
 

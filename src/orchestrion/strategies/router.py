@@ -42,7 +42,7 @@ from ..models.spec import ModelSpec
 from ..models.types import GenerateConfig, msg
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
-from ..tools._ranking import nearest
+from ..tools import nearest
 from .base import Answer, Strategy, Task, register
 
 _TIE = 1e-9

@@ -41,7 +41,7 @@ from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow
 from ..runtime.scheduler import topological_order
 from ..runtime.synthesis import synthesize
-from ..tools.agents import _PromptAgent
+from ..tools.agents import PromptAgent
 from ..tools.registry import ToolRegistry
 from .base import Answer, EpisodeStatus, Strategy, Task, register
 
@@ -68,7 +68,7 @@ MAX_SUBTASKS = 6
 T = TypeVar("T", bound=BaseModel)
 
 
-class DirectPrimitive(_PromptAgent):
+class DirectPrimitive(PromptAgent):
     """The ``direct`` primitive: one plain answer from the chosen model."""
 
     name = "direct"

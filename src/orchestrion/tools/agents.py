@@ -37,7 +37,7 @@ def _need(ctx: ToolContext | None, name: str) -> ToolContext:
     return ctx
 
 
-class _PromptAgent(Tool):
+class PromptAgent(Tool):
     """An agent tool that is one prompt template and one model call."""
 
     kind = "agent"
@@ -53,13 +53,13 @@ class _PromptAgent(Tool):
         return out.text.strip()
 
 
-class ReasonerAgent(_PromptAgent):
+class ReasonerAgent(PromptAgent):
     name = "reasoner"
     description = "solves a subtask by step-by-step reasoning on the chosen model"
     template = "agent_reasoner"
 
 
-class ReviewerAgent(_PromptAgent):
+class ReviewerAgent(PromptAgent):
     name = "reviewer"
     description = "critically checks a claim or solution and gives a verdict"
     template = "agent_reviewer"

@@ -20,8 +20,8 @@ import orjson
 from .._errors import TraceError
 from .._status import EpisodeStatus
 from ..models.types import Usage
-from ._bus import EventType, TraceEvent
 from ._json import dumps
+from .bus import EventType, TraceEvent
 
 # An episode that counts in an eval run: finished (closing update committed), not interrupted, and
 # not an error that a later episode retried (``eval --resume --retry-errors``).

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import TraceError
-from ._bus import TraceBus, TraceEvent
 from ._queries import TraceQueries
 from ._schema import create_file, make_dirs, prepare
+from .bus import TraceBus, TraceEvent
 
 _Marker = threading.Event | tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 _STOP = object()

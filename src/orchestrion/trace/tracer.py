@@ -17,8 +17,8 @@ from typing import Any
 
 from .._status import EpisodeStatus
 from ..models.types import Usage
-from ._bus import EventType, TraceEvent
 from ._json import dumps as dumps
+from .bus import EventType, TraceEvent
 from .store import TraceStore
 
 _current: ContextVar[Span | None] = ContextVar("orchestrion_span", default=None)
