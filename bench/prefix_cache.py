@@ -25,7 +25,7 @@ time end to end and prompt tokens reused, and the speed-up. Resumable: run ids a
 started again.
 
     .venv/bin/python bench/prefix_cache.py                   # part 1, 3 tasks
-    .venv/bin/python bench/prefix_cache.py --episodes 0 --eval 20
+    .venv/bin/python bench/prefix_cache.py --episodes 0 --eval 20 --alone
 """
 
 from __future__ import annotations
@@ -130,12 +130,13 @@ def part1(n: int, out: Path) -> None:
           f"process wall {sum(x['process'] for x in b) / max(1e-9, sum(x['process'] for x in w)):.2f}x")
 
 
-def pool_factory(before: bool) -> Any:
-    """The local pool with 1 thread per model: as before (prefix cache off, grammar run over the
-    whole vocabulary at each greedy step) or now."""
+def pool_factory(before: bool, one_thread: bool = True) -> Any:
+    """The local pool, as before (prefix cache off, grammar run over the whole vocabulary at each
+    greedy step) or now; with 1 thread per model, or (``one_thread=False``) threads by load."""
     def make() -> Pool:
         base = Pool.preset("local").config
-        models = [m.model_copy(update={"prefix_cache": not before, "n_threads": 1}) for m in base.models]
+        update: dict[str, Any] = {"prefix_cache": not before, **({"n_threads": 1} if one_thread else {})}
+        models = [m.model_copy(update=update) for m in base.models]
         pool = Pool(PoolConfig.model_validate({**base.model_dump(), "models": [m.model_dump() for m in models]}),
                     source="preset 'local', 1 thread, " + ("as before" if before else "now"))
         for name in pool.names:
@@ -147,7 +148,7 @@ def pool_factory(before: bool) -> Any:
 
 
 async def timed_run(key: str, before: bool, n: int, store: TraceStore, state: dict[str, Any],
-                    state_path: Path) -> None:
+                    state_path: Path, one_thread: bool = True) -> None:
     """One eval run (resumed when it was started before); its wall time is added to the state."""
     from orchestrion.eval.runner import Observer
 
@@ -163,7 +164,7 @@ async def timed_run(key: str, before: bool, n: int, store: TraceStore, state: di
                         limit=n, seed=7, pool="local")
     started = time.perf_counter()
     try:
-        await run_eval(config, store, resume=entry["run_id"] if entry else None, pool=pool_factory(before),
+        await run_eval(config, store, resume=entry["run_id"] if entry else None, pool=pool_factory(before, one_thread),
                        observer=Remember())
         state[key]["done"] = True
     finally:  # the time of every part counts, a cut-short one included
@@ -172,7 +173,7 @@ async def timed_run(key: str, before: bool, n: int, store: TraceStore, state: di
             state_path.write_text(json.dumps(state, indent=1))
 
 
-async def part2(n: int, out: Path) -> None:
+async def part2(n: int, out: Path, alone: bool) -> None:
     """Both runs at once in this process, one thread per model each: on 2 cores each mode has a
     core, and whatever else runs on the machine slows both alike."""
     state_path = out / "state.json"
@@ -193,19 +194,30 @@ async def part2(n: int, out: Path) -> None:
                   f"| {reuse} |")
     (_, wb, _), (_, ww, _) = rows
     print(f"\nend to end: before {wb:.0f}s, warm {ww:.0f}s = {wb / max(1e-9, ww):.2f}x faster")
+    if alone:  # now, alone on the machine with threads by load: what a user's eval gets
+        key = f"eval/now-alone/{n}"
+        await timed_run(key, False, n, store, state, state_path, one_thread=False)
+        wa = state[key]["wall_s"]
+        for s in summarize(store, state[key]["run_id"]):
+            reuse = "-" if s.reuse_rate is None else f"{s.reuse_rate:.0%}"
+            print(f"| now, alone, threads by load | {s.strategy} | {s.accuracy:.2f} ± {s.stderr:.2f} | {s.episodes} "
+                  f"| {s.wall_s:.0f}s | {reuse} |")
+        print(f"now alone on the machine: {wa:.0f}s end to end = {wb / max(1e-9, wa):.2f}x faster than before")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--episodes", type=int, default=3, help=f"part 1: tasks (at most {len(TASKS)}; 0 = skip)")
     ap.add_argument("--eval", type=int, default=0, metavar="N", help="part 2: eval on N 3-digit products (0 = skip)")
+    ap.add_argument("--alone", action="store_true",
+                    help="part 2: then run `now` alone with threads by load (what a user's eval gets)")
     ap.add_argument("--out", type=Path, default=Path("bench/out/prefix_cache"))
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     if args.episodes:
         part1(min(args.episodes, len(TASKS)), args.out)
     if args.eval:
-        asyncio.run(part2(args.eval, args.out))
+        asyncio.run(part2(args.eval, args.out, args.alone))
 
 
 if __name__ == "__main__":
