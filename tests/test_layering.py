@@ -1,7 +1,7 @@
 """Dependencies point one way: every ``orchestrion`` import, read with ``ast`` (top-level, under
 ``TYPE_CHECKING`` and inside functions alike), respects the package layers.
 
-    _errors, _lazy, _paths, _prompts, _status, _text  (leaves: import nothing of orchestrion but each other)
+    _errors, _lazy, _paths, _prompts, _text, status  (leaves: import nothing of orchestrion but each other)
     models → tools, trace → runtime → strategies → eval, train, serve
     api, cli, _cli_common, __init__, __main__  (top: may import anything)
 """
@@ -22,7 +22,7 @@ import orchestrion
 ROOT = Path(orchestrion.__file__).parent
 SRC = ROOT.parent
 PACKAGES = ("models", "tools", "trace", "runtime", "strategies", "eval", "train", "serve")
-LEAVES = ("_errors", "_lazy", "_paths", "_prompts", "_status", "_text")
+LEAVES = ("_errors", "_lazy", "_paths", "_prompts", "_text", "status")
 LOWER = ("models", "tools", "runtime", "trace")
 UPPER = ("strategies", "eval", "train", "serve")
 # a package may import packages of a lower or equal rank (equal ranks are checked for cycles)

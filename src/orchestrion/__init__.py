@@ -25,7 +25,6 @@ from ._errors import (
     TraceError,
 )
 from ._lazy import lazy_names
-from ._status import EpisodeStatus
 from .api import EpisodeResult, solve, solve_sync
 from .models import (
     Completion,
@@ -42,6 +41,7 @@ from .models import (
 )
 from .models.pool import load_pool
 from .runtime import Answer, Budget, RunContext, StrategyOptions, Task
+from .status import EpisodeStatus
 from .strategies import Strategy, get_strategy, register, strategies
 from .tools import Tool, ToolRegistry, ToolResult, ToolStatus, default_tools
 from .trace import TraceStore

@@ -36,7 +36,7 @@ class EpisodeResult:
     """The outcome of one episode."""
 
     answer: str
-    status: EpisodeStatus | str
+    status: EpisodeStatus
     strategy: str
     usage: Usage
     wall_s: float
@@ -131,7 +131,7 @@ async def solve(
         meta={"pool": the_pool.source, "options": opts, "budget": tracker.budget.model_dump()},
     )
     answer, error, meta = "", None, {}
-    status: EpisodeStatus | str = EpisodeStatus.OK
+    status: EpisodeStatus = EpisodeStatus.OK
     root = tracer.start("episode", the_strategy.name, task=the_task.prompt)
     token = set_current(root)
     try:

@@ -33,6 +33,7 @@ from .eval import _cli_datasets, _cli_eval, _cli_report
 from .models import _cli_models
 from .models.pool import load_pool
 from .runtime.budget import Budget
+from .status import EpisodeStatus, ToolStatus
 from .strategies.registry import strategies
 from .tools.defaults import default_tools
 from .trace import check_output_file
@@ -135,7 +136,7 @@ def run(
         )
         if result.error:
             err.print(f"[yellow]{escape(result.error)}[/yellow]", highlight=False)
-    if result.status not in ("ok",):
+    if result.status != EpisodeStatus.OK:
         raise typer.Exit(1)
 
 
@@ -213,10 +214,10 @@ def tool(
         raise typer.Exit(2)
     result = asyncio.run(registry.call(name, parsed))
     sys.stdout.write(result.model_dump_json(indent=2) + "\n")
-    if result.status != "ok":  # the envelope is printed either way; the exit code says it failed
+    if result.status is not ToolStatus.OK:  # the envelope is printed either way; the exit code says it failed
         first = (result.error or "").strip().splitlines()
         fail(f"tool {name}: {result.status.value}" + (f": {first[-1][:300]}" if first else ""),
-             code=2 if result.status == "invalid_args" else 1)
+             code=2 if result.status is ToolStatus.INVALID_ARGS else 1)
 
 
 @app.command("pool")

@@ -19,6 +19,7 @@ from .._errors import ConfigError
 from ..models.pool import default_pool_ref
 from ..models.presets import PRESETS
 from ..runtime.budget import Budget
+from ..status import EpisodeStatus
 from ..trace._otel_cli import OtlpOpt, finish_sender, start_sender
 from ..trace.store import TraceStore
 from .executors import Outcome, make_executor
@@ -188,7 +189,7 @@ def pool_ref(ref: str) -> str:
 
 def _fail_if_errors(store: TraceStore, run_id: str, db: Path | None) -> None:
     """Exit 1 with one line when some counted episodes ended in error: the run is not complete."""
-    errors = [ep for ep in counted_episodes(store, run_id) if ep["status"] == "error"]
+    errors = [ep for ep in counted_episodes(store, run_id) if ep["status"] == EpisodeStatus.ERROR]
     if errors:
         fail(f"run {run_id}: {len(errors)} episode(s) ended in error; once the cause is fixed, run them again "
              f"with: {resume_command(run_id, db)} --retry-errors", code=1)
@@ -197,7 +198,7 @@ def _fail_if_errors(store: TraceStore, run_id: str, db: Path | None) -> None:
 def _fail_if_nothing_succeeded(store: TraceStore, run_id: str) -> None:
     """Exit 1 with one line when no counted episode of the run ended ok (every one errored, say)."""
     episodes = counted_episodes(store, run_id)
-    if any(ep["status"] == "ok" for ep in episodes):
+    if any(ep["status"] == EpisodeStatus.OK for ep in episodes):
         return
     statuses = Counter(str(ep["status"]) for ep in episodes)
     seen = ", ".join(f"{n} {status}" for status, n in statuses.most_common()) or "no episodes"

@@ -41,6 +41,7 @@ from ..api import solve
 from ..models.pool import Pool, load_pool
 from ..runtime.budget import Budget
 from ..runtime.types import Task
+from ..status import EpisodeStatus
 from ..strategies.base import Strategy
 from ..strategies.registry import get_strategy
 from ..tools.registry import ToolRegistry
@@ -115,7 +116,7 @@ def _solver_factory() -> Any:
             )
             state.output = ModelOutput.from_content(
                 model=f"orchestrion/{strategy.name}", content=result.answer,
-                stop_reason="stop" if result.status == "ok" else "unknown",
+                stop_reason="stop" if result.status == EpisodeStatus.OK else "unknown",
             )
             state.output.usage = ModelUsage(
                 input_tokens=result.usage.input_tokens, output_tokens=result.usage.output_tokens,
@@ -197,7 +198,7 @@ def _call_logger() -> Any:
                 model=name, role=str(attrs.get("purpose") or "") or None,
                 input=[message(m) for m in attrs.get("messages") or [] if isinstance(m, dict)],
                 tools=[], tool_choice="none", config=GenerateConfig(), output=output,
-                error=None if span["status"] == "ok" else str(attrs.get("error") or span["status"]),
+                error=None if span["status"] == EpisodeStatus.OK else str(attrs.get("error") or span["status"]),
                 timestamp=datetime.fromtimestamp(started, UTC),
                 completed=datetime.fromtimestamp(ended, UTC), working_time=ended - started,
                 working_start=max(0.0, sample_working_time() - (now - started)),

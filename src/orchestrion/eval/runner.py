@@ -22,6 +22,7 @@ from .._errors import ConfigError
 from ..runtime.budget import Budget
 from ..runtime.options import check_run_options
 from ..runtime.types import Task
+from ..status import EpisodeStatus, RunStatus
 from ..strategies.registry import get_strategy
 from ..trace.store import TraceStore
 from ..trace.tracer import new_id
@@ -81,7 +82,7 @@ class Tally:
             self.cost_unknown = True
         else:
             self.cost_usd += cost_usd
-        self.errors += status == "error"
+        self.errors += status == EpisodeStatus.ERROR
 
 
 @dataclass
@@ -150,7 +151,7 @@ def _mark_interrupted(store: TraceStore, run_id: str) -> None:
     store.mark_interrupted(run_id)
 
 
-def _set_status(store: TraceStore, run_id: str, status: str) -> None:
+def _set_status(store: TraceStore, run_id: str, status: RunStatus) -> None:
     store.set_run_status(run_id, status)
 
 
@@ -221,7 +222,7 @@ async def _run_locked(config: EvalConfig, store: TraceStore, run_id: str, resume
             raise ConfigError(f"run {run_id}: dataset {config.dataset} no longer gives the same tasks "
                               f"(limit {config.limit}, seed {config.seed}); it cannot be resumed")
         _mark_interrupted(store, run_id)
-        _set_status(store, run_id, "running")
+        _set_status(store, run_id, RunStatus.RUNNING)
     await store.aflush()
     total = len(tasks) * len(config.strategies) * config.epochs
     done, tally = _prior(store, run_id, total)
@@ -240,10 +241,10 @@ async def _run_locked(config: EvalConfig, store: TraceStore, run_id: str, resume
             raise KeyboardInterrupt
     except BaseException:
         _mark_interrupted(store, run_id)
-        _set_status(store, run_id, "interrupted")
+        _set_status(store, run_id, RunStatus.INTERRUPTED)
         store.flush()
         raise
-    _set_status(store, run_id, "finished")
+    _set_status(store, run_id, RunStatus.FINISHED)
     await store.aflush()
     return EvalRun(run_id, config, total, len(done), len(items))
 

@@ -290,7 +290,7 @@ class RunContext:
             span.charge(units)
             self.budget.charge(units)
             span.set(status=result.status.value, output=result.output[:4000], error=result.error)
-            span.status = result.status.value
+            span.status = result.status
         if result.status is ToolStatus.OK:
             if len(self.results) < MAX_RESULTS_KEPT and not result.data.get("empty"):
                 self.results.append(result.output.strip()[:2000])

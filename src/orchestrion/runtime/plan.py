@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..status import NodeStatus
 from ..tools.envelope import ToolResult, ToolStatus
 from .context import RunContext
 from .scheduler import Node, NodeResult, run_dag, topological_order
@@ -98,6 +99,7 @@ def results_text(subtasks: list[Subtask], results: Mapping[str, NodeResult], lim
         res = results.get(sub.id)
         if res is None:
             continue
-        body = res.value.output if res.status == "ok" and isinstance(res.value, ToolResult) else (res.error or "")
+        ok = res.status == NodeStatus.OK and isinstance(res.value, ToolResult)
+        body = res.value.output if ok else (res.error or "")
         lines.append(f"[{sub.id}] {sub.task[:120]} ({res.status}): {body.strip()[:limit]}")
     return lines

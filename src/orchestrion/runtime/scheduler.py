@@ -12,11 +12,11 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .._errors import PlanError
+from ..status import NodeStatus
 
-NodeStatus = Literal["ok", "error", "timeout", "cancelled", "skipped"]
 NodeFn = Callable[[Mapping[str, Any]], Awaitable[Any]]
 
 
@@ -103,14 +103,14 @@ async def run_dag(nodes: Iterable[Node], *, max_parallel: int | None = None) -> 
             else:
                 async with asyncio.timeout(node.timeout_s):
                     value = await node.run(inputs)
-            return NodeResult(node.id, "ok", value, started=started, ended=time.perf_counter())
+            return NodeResult(node.id, NodeStatus.OK, value, started=started, ended=time.perf_counter())
         except TimeoutError:
-            return NodeResult(node.id, "timeout", error=f"timed out after {node.timeout_s:g}s", started=started,
-                              ended=time.perf_counter())
+            return NodeResult(node.id, NodeStatus.TIMEOUT, error=f"timed out after {node.timeout_s:g}s",
+                              started=started, ended=time.perf_counter())
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            return NodeResult(node.id, "error", error=f"{type(exc).__name__}: {exc}", started=started,
+            return NodeResult(node.id, NodeStatus.ERROR, error=f"{type(exc).__name__}: {exc}", started=started,
                               ended=time.perf_counter())
         finally:
             if gate is not None:
@@ -123,13 +123,13 @@ async def run_dag(nodes: Iterable[Node], *, max_parallel: int | None = None) -> 
             node_id, result = todo.pop()
             node = by_id[node_id]
             if result is None:  # ready to start: skip if a dependency failed
-                bad = next((d for d in node.deps if results[d].status != "ok"), None)
+                bad = next((d for d in node.deps if results[d].status != NodeStatus.OK), None)
                 if bad is None:
                     task = asyncio.create_task(execute(node), name=f"node:{node_id}")
                     running.add(task)
                     task.add_done_callback(on_done)
                     continue
-                result = NodeResult(node_id, "skipped", error=f"dependency '{bad}' {results[bad].status}")
+                result = NodeResult(node_id, NodeStatus.SKIPPED, error=f"dependency '{bad}' {results[bad].status}")
             results[node_id] = result
             for child in children[node_id]:
                 waiting[child] -= 1

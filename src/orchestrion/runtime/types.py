@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from .._status import EpisodeStatus
+from ..status import EpisodeStatus
 
 __all__ = ["Answer", "EpisodeStatus", "Task"]
 
@@ -29,9 +29,8 @@ class Task(BaseModel):
 
 @dataclass
 class Answer:
-    """What a strategy returns. ``status`` is ``ok`` or why the answer is partial
-    (an :class:`EpisodeStatus`; a plain string is accepted too)."""
+    """What a strategy returns. ``status`` is ``ok`` or why the answer is partial."""
 
     text: str
-    status: EpisodeStatus | str = EpisodeStatus.OK
+    status: EpisodeStatus = EpisodeStatus.OK
     meta: dict[str, Any] = field(default_factory=dict)

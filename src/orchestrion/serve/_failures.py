@@ -22,6 +22,7 @@ from urllib.parse import urlsplit
 
 from ..api import EpisodeResult
 from ..models.pool import Pool
+from ..status import EpisodeStatus
 from ._openai_schema import ApiError, episode_summary
 
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
@@ -64,7 +65,7 @@ def summary(result: EpisodeResult, secrets: Iterable[str]) -> dict[str, Any]:
 
 def failure(result: EpisodeResult, secrets: Iterable[str]) -> ApiError | None:
     """The 502 that stands for an episode ending in ``error`` (None for every other ending)."""
-    if result.status != "error":
+    if result.status != EpisodeStatus.ERROR:
         return None
     reason = redact(result.error, secrets) or "no reason recorded"
     return ApiError(502, f"the episode failed: {reason} (trace id {result.trace_id})", type="server_error",

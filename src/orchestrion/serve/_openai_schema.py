@@ -92,6 +92,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..api import EpisodeResult
 from ..models.types import Usage
 from ..runtime.budget import Budget
+from ..status import EpisodeStatus
 from ..strategies.registry import strategies
 from ..trace.bus import EventType, TraceEvent
 
@@ -308,7 +309,7 @@ def usage_body(usage: Usage) -> dict[str, int]:
 
 def finish_reason(status: str, answer_finish: str | None = None) -> str:
     """``length`` for a budget stop or an answer cut at its token limit, else ``stop``."""
-    return "length" if status == "budget_exceeded" or answer_finish == "length" else "stop"
+    return "length" if status == EpisodeStatus.BUDGET_EXCEEDED or answer_finish == "length" else "stop"
 
 
 def completion_body(cid: str, created: int, model: str, answer: str, status: str, usage: Usage,
@@ -351,7 +352,7 @@ def progress(event: TraceEvent, t0: float) -> dict[str, Any] | None:
         return None
     base = {"span_id": event.span_id, "parent_id": event.parent_id, "kind": event.kind, "name": event.name}
     if event.type is EventType.SPAN_STARTED:
-        return {"event": "start", **base, "status": "running", "t": round(event.ts - t0, 3)}
+        return {"event": "start", **base, "status": EpisodeStatus.RUNNING, "t": round(event.ts - t0, 3)}
     started = float(event.data.get("started", event.ts))
     usage = event.data.get("usage") or {}
     return {"event": "end", **base, "status": event.status, "t": round(event.ts - t0, 3),

@@ -14,8 +14,8 @@ import contextlib
 from collections.abc import Iterator
 
 from .._errors import RunLockedError
-from .._status import EpisodeStatus
 from ..eval import run_lock
+from ..status import EpisodeStatus, RunStatus
 from ..trace.store import TraceStore
 
 
@@ -28,7 +28,7 @@ def recover_dead_runs(store: TraceStore) -> list[str]:
         try:
             with run_lock(store.path, run["id"]):
                 store.mark_interrupted(run["id"])
-                store.set_run_status(run["id"], EpisodeStatus.INTERRUPTED)
+                store.set_run_status(run["id"], RunStatus.INTERRUPTED)
                 store.flush()
         except RunLockedError:
             continue  # a live server owns it

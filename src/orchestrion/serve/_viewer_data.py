@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from ..status import EpisodeStatus, ended_badly
 from ..trace.store import TraceStore
 
 CORRECT_AT = 0.5
@@ -270,10 +271,10 @@ def plan_graph(spans: list[dict[str, Any]], events: list[dict[str, Any]]) -> dic
     """
     plans: dict[str, dict[str, dict[str, Any]]] = {}
     # a node span closes "ok" around a failed tool call: its call's status is the node's
-    failed = {s["parent_id"]: s["status"] for s in spans if s["status"] not in ("ok", "running")}
+    failed = {s["parent_id"]: s["status"] for s in spans if ended_badly(s["status"])}
     for s in spans:
         if s["kind"] == "node":
-            status = failed.get(s["id"], s["status"]) if s["status"] == "ok" else s["status"]
+            status = failed.get(s["id"], s["status"]) if s["status"] == EpisodeStatus.OK else s["status"]
             plans.setdefault(s["parent_id"] or "", {})[s["name"]] = {
                 "id": s["id"], "name": s["name"], "status": status, "tool": s["attrs"].get("tool"),
                 "task": s["attrs"].get("task"), "deps": list(s["attrs"].get("deps") or []), "span_id": s["id"]}

@@ -43,6 +43,7 @@ from ..models.pool import Pool, load_pool
 from ..runtime.budget import Budget
 from ..runtime.synthesis import ANSWER
 from ..runtime.types import Task
+from ..status import RunStatus
 from ..strategies.registry import strategies
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
@@ -184,7 +185,7 @@ class _Service:
             episode.cancel()
         if self.inflight:
             await asyncio.wait(set(self.inflight), timeout=10)
-        self.store.set_run_status(self.run_id, "stopped")
+        self.store.set_run_status(self.run_id, RunStatus.STOPPED)
         await self.store.aflush()
 
     def model_card(self, name: str) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow
 from ..runtime.scheduler import topological_order
 from ..runtime.synthesis import synthesize
+from ..status import NodeStatus
 from ..tools.registry import ToolRegistry
 from .base import Answer, EpisodeStatus, Strategy, Task, register
 from .uno import DecisionOptions, decide_with_options, tool_available
@@ -225,7 +226,7 @@ class Spec(Strategy):
         results = await execute_plan(ctx, plan, context=f"Overall task: {task.prompt}")
         meta["roles"] = {s.id: results[s.id].status for s in plan}
         final = [s for s in plan if s.id in meta["sinks"]]
-        if not any(results[s.id].status == "ok" for s in final):
+        if not any(results[s.id].status == NodeStatus.OK for s in final):
             final = plan  # every sink failed: let the synthesis see what did work
         text = await synthesize(task.prompt, results_text(final, results), ctx)
         return Answer(text, meta=meta)

@@ -45,6 +45,7 @@ from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.plan_repair import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan
 from ..runtime.scheduler import NodeResult
 from ..runtime.synthesis import synthesize
+from ..status import NodeStatus
 from ..tools.envelope import ToolResult
 from .base import Answer, Strategy, Task, register
 
@@ -237,7 +238,7 @@ class TopologyStrategy(Strategy):
         sinks = [_output(results.get(n)) for n in _sinks(plan)]
         text, synth = await self._synthesize(ctx, opts, task, lines, [o for o in sinks if o is not None])
         ctx.tracer.event("synthesis", synth)
-        ok = sum(1 for r in results.values() if r.status == "ok")
+        ok = sum(1 for r in results.values() if r.status == NodeStatus.OK)
         meta: dict[str, Any] = {**route_info, **synth, "subtasks": len(subtasks), "subtasks_ok": ok,
                                 "plan_attempts": outcome.attempts, "plan_errors": outcome.errors,
                                 "fallback": outcome.fallback, "invalid_decisions": outcome.invalid_outputs}
@@ -300,6 +301,6 @@ def _lead(subtasks: list[Subtask], f: DagFeatures) -> str | None:
 
 
 def _output(result: NodeResult | None) -> str | None:
-    if result is None or result.status != "ok" or not isinstance(result.value, ToolResult):
+    if result is None or result.status != NodeStatus.OK or not isinstance(result.value, ToolResult):
         return None
     return result.value.output

@@ -6,20 +6,13 @@ statuses are the structured feedback of ParaManager (OK, EXEC_ERR, TIMEOUT, ...)
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from ..status import ToolStatus
 
-class ToolStatus(str, Enum):  # noqa: UP042 - StrEnum changes str() of a member ("ok", not "ToolStatus.OK")
-    OK = "ok"
-    EXEC_ERROR = "exec_error"
-    TIMEOUT = "timeout"
-    INVALID_ARGS = "invalid_args"
-    BUDGET_EXCEEDED = "budget_exceeded"
-    CANCELLED = "cancelled"
-    NOT_FOUND = "not_found"
+__all__ = ["ToolResult", "ToolStatus"]
 
 
 class ToolResult(BaseModel):

@@ -25,6 +25,8 @@ from typing import Any
 
 import orjson
 
+from ..status import EpisodeStatus, ended_badly
+
 MAX_TEXT = 16_000  # characters kept of any one text attribute
 
 # Orchestrion span kind -> (gen_ai.operation.name or None, openinference.span.kind)
@@ -110,8 +112,8 @@ def span_attributes(row: dict[str, Any], attrs: dict[str, Any], episode: dict[st
         for key in ("model", "schema", "valid", "attempts"):
             if isinstance(attrs.get(key), (str, bool, int, float)):
                 out[f"orchestrion.decision.{key}"] = attrs[key]
-    status = str(row.get("status") or "running")
-    if status not in ("ok", "running"):
+    status = str(row.get("status") or EpisodeStatus.RUNNING)
+    if ended_badly(status):
         out["error.type"] = status
     return out
 

@@ -18,14 +18,15 @@ from typing import Any
 import orjson
 
 from .._errors import TraceError
-from .._status import EpisodeStatus
 from ..models.types import Usage
+from ..status import EpisodeStatus, RunStatus
 from ._json import dumps
 from .bus import EventType, TraceEvent
 
 # An episode that counts in an eval run: finished (closing update committed), not interrupted, and
 # not an error that a later episode retried (``eval --resume --retry-errors``).
-COUNTED = "finished = 1 AND status NOT IN ('interrupted', 'cancelled', 'retried')"
+COUNTED = (f"finished = 1 AND status NOT IN ('{EpisodeStatus.INTERRUPTED}', '{EpisodeStatus.CANCELLED}', "
+           f"'{EpisodeStatus.RETRIED}')")
 
 
 def _marks(values: Sequence[Any]) -> str:
@@ -47,13 +48,13 @@ class TraceQueries:
         raise NotImplementedError
 
     # -- runs ---------------------------------------------------------------------------
-    def create_run(self, run_id: str, kind: str, config: Any, *, status: str = "running",
+    def create_run(self, run_id: str, kind: str, config: Any, *, status: RunStatus = RunStatus.RUNNING,
                    created: float | None = None) -> None:
         """Add a ``runs`` row; ``config`` is stored as JSON."""
         self.submit("INSERT INTO runs (id, created, kind, config, status) VALUES (?,?,?,?,?)",
                     (run_id, time.time() if created is None else created, kind, dumps(config), status))
 
-    def set_run_status(self, run_id: str, status: str) -> None:
+    def set_run_status(self, run_id: str, status: RunStatus) -> None:
         self.submit("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
 
     def runs_matching(self, id_or_prefix: str) -> list[dict[str, Any]]:
@@ -95,7 +96,7 @@ class TraceQueries:
                                 status=EpisodeStatus.RUNNING, data={"run_id": run_id, "task_id": task_id,
                                                                     "epoch": epoch}))
 
-    def finish_episode(self, episode_id: str, *, status: str, answer: str, error: str | None, ended: float,
+    def finish_episode(self, episode_id: str, *, status: EpisodeStatus, answer: str, error: str | None, ended: float,
                        usage: Usage, meta_patch: dict[str, Any]) -> None:
         """The closing update: outcome, usage, ``meta_patch`` merged into meta (JSON merge patch), finished=1."""
         self.submit(
@@ -121,8 +122,8 @@ class TraceQueries:
     def mark_retried(self, run_id: str) -> None:
         """The run's finished episodes that ended in ``error`` become ``retried`` (kept with their
         error, never counted), so a resume runs their (task, strategy, epoch) again."""
-        self.submit("UPDATE episodes SET status = 'retried' WHERE run_id = ? AND finished = 1 AND status = 'error'",
-                    (run_id,))
+        self.submit("UPDATE episodes SET status = ? WHERE run_id = ? AND finished = 1 AND status = ?",
+                    (EpisodeStatus.RETRIED, run_id, EpisodeStatus.ERROR))
 
     # -- episodes: reads --------------------------------------------------------------------
     def episode(self, episode_id: str) -> dict[str, Any] | None:

@@ -30,6 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .._errors import ConfigError
+from ..status import EpisodeStatus
 from ._otel_attrs import capture_content, decoded_attrs, span_attributes, span_name
 from .store import TraceStore
 
@@ -96,9 +97,9 @@ def _ns(seconds: float) -> int:
 
 
 def _status(status: str, attrs: dict[str, Any]) -> Status:
-    if status == "ok":
+    if status == EpisodeStatus.OK:
         return Status(StatusCode.OK)
-    if status == "running":  # never closed (the process died mid-span)
+    if status == EpisodeStatus.RUNNING:  # never closed (the process died mid-span)
         return Status(StatusCode.UNSET)
     detail = attrs.get("error")
     return Status(StatusCode.ERROR, f"{status}: {detail}" if detail else status)
@@ -154,7 +155,7 @@ def episode_spans(store: TraceStore, episode_id: str, *, providers: dict[str, st
             attributes=span_attributes(row, attrs, episode, provider=provider, content=content),
             events=events.get(row["id"], []),
             kind=SpanKind.CLIENT if row.get("kind") == "call" else SpanKind.INTERNAL,
-            status=_status(str(row.get("status") or "running"), attrs),
+            status=_status(str(row.get("status") or EpisodeStatus.RUNNING), attrs),
             start_time=_ns(started),
             end_time=_ns(ended),
             instrumentation_scope=scope,

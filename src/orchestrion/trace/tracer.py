@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from typing import Any
 
-from .._status import EpisodeStatus
 from ..models.types import Usage
+from ..status import EpisodeStatus, SpanStatus
 from ._json import dumps as dumps
 from .bus import EventType, TraceEvent
 from .store import TraceStore
@@ -56,7 +56,7 @@ class Span:
         self._changed: dict[str, Any] = {}
         self.started = time.time()
         self.ended: float | None = None
-        self.status: str = EpisodeStatus.RUNNING
+        self.status: SpanStatus = EpisodeStatus.RUNNING
         self.usage = Usage()
 
     def set(self, **attrs: Any) -> None:
@@ -70,7 +70,7 @@ class Span:
             node.usage.add(usage)
             node = node.parent
 
-    def end(self, status: str = EpisodeStatus.OK) -> None:
+    def end(self, status: SpanStatus = EpisodeStatus.OK) -> None:
         if self.ended is not None:
             return
         self.ended = time.time()
@@ -93,7 +93,7 @@ class Span:
         if store.bus.active:
             store.publish(TraceEvent(
                 EventType.SPAN_ENDED, self.tracer.episode_id, self.ended, self.id,
-                self.parent.id if self.parent else None, self.kind, self.name, str(status),
+                self.parent.id if self.parent else None, self.kind, self.name, status.value,
                 {"attrs": dict(self._changed), "usage": self.usage.to_dict(), "started": self.started},
             ))
 
@@ -131,7 +131,7 @@ class Tracer:
         """Open a span, make it current for the block, and close it with a status."""
         span = self.start(kind, name, **attrs)
         token = _current.set(span)
-        status: str = EpisodeStatus.OK
+        status: SpanStatus = EpisodeStatus.OK
         try:
             yield span
         except BaseException as exc:

@@ -30,6 +30,7 @@ from typing import Any, Protocol
 from .._errors import ConfigError
 from ..models.pool import Pool, load_pool
 from ..runtime.types import Task
+from ..status import RunStatus
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ..trace.tracer import new_id
@@ -98,7 +99,7 @@ async def atrain_grpo(
         (Path(s.out) / "run.json").write_text(json.dumps({"run_id": run_id, "settings": record}, indent=2),
                                               encoding="utf-8")
     else:
-        the_store.set_run_status(run_id, "running")
+        the_store.set_run_status(run_id, RunStatus.RUNNING)
     with StepBar(s.steps, 0, progress, show=bar, label="grpo") as steps_bar:
         steps_bar.log(f"loading the policy ({'adapter ' + str(s.adapter) if s.adapter else 'fresh LoRA'}) ...")
         policy = Policy.load(s.adapter, lora_r=s.lora_r, lora_alpha=s.lora_alpha, gguf_path=s.gguf_path, seed=s.seed)
@@ -106,15 +107,15 @@ async def atrain_grpo(
                       reward_cfg, policy, run_id, record, steps_bar, tools)
         steps_bar.log(f"run {run_id}: {len(data.tasks)} tasks x group {s.group}, {s.steps} steps, "
                       f"engine {s.engine}, strategy {s.strategy_name}")
-        status = "interrupted"
+        status = RunStatus.INTERRUPTED
         try:
             if s.engine == "trl":
                 from ._grpo_trl import train as train_engine
             else:
                 from ._grpo_loop import train as train_engine
             await train_engine(run)
-            status = "finished" if (run.history and run.history[-1].step >= s.steps) else "interrupted"
-            if status == "interrupted":
+            status = RunStatus.FINISHED if (run.history and run.history[-1].step >= s.steps) else RunStatus.INTERRUPTED
+            if status == RunStatus.INTERRUPTED:
                 run.note(f"stopped after step {run.last_step} of {s.steps}: rerun with --out {s.out} to continue")
             adapter_dir, gguf, why = policy.save(run.out)
             if why:

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from ..runtime.types import EpisodeStatus
+from ..status import ended_badly
 from ..trace.store import TraceStore
 
 
@@ -161,7 +162,7 @@ def _episode_records(store: TraceStore, ep: dict[str, Any]) -> list[DecisionReco
     spans = store.spans(ep["id"], kinds=("decision", "tool", "agent"))
     span_tools = _span_tools(spans)
     replayed = {s["id"]: set(_replayed_attempts(s)) for s in spans if s["kind"] == "decision"}
-    failures = sum(1 for s in spans if s["kind"] in ("tool", "agent") and s["status"] not in ("ok", "running"))
+    failures = sum(1 for s in spans if s["kind"] in ("tool", "agent") and ended_badly(s["status"]))
     meta = _json(ep["meta"]) or {}
     task = _json(ep["task"]) or {}
     score = meta.get("score")

@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .._errors import ConfigError, TraceError
 from .._text import load_yaml
 from ..runtime.types import EpisodeStatus
+from ..status import ToolStatus
 from ..trace.store import TraceStore
 
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -287,5 +288,5 @@ def plan_usage(result: Mapping[str, Any], calls: list[dict[str, Any]], status: s
     if "topology" in result and isinstance(result.get("subtasks"), int):
         return int(result["subtasks"]), int(result.get("subtasks_ok") or 0) if done else 0
     if "rounds" in result and "calls" in result:
-        return len(calls), sum(1 for c in calls if c["status"] == "ok") if done else 0
+        return len(calls), sum(1 for c in calls if c["status"] == ToolStatus.OK) if done else 0
     return None
