@@ -21,7 +21,7 @@ from orchestrion import Budget, Pool, RunContext, TraceStore, solve
 from orchestrion.models.llama_cpp import LlamaCppModel
 from orchestrion.models.pool import EMBEDDED_NAME
 from orchestrion.runtime import BudgetTracker, Harness, SubAgent
-from orchestrion.runtime.protocol import ParaAction
+from orchestrion.strategies.para import ParaAction
 from orchestrion.tools.defaults import default_tools
 from orchestrion.trace import Tracer
 

@@ -191,7 +191,7 @@ def test_greedy_under_a_grammar_picks_the_tokens_the_sampler_chain_picks(monkeyp
     the same tokens and log-probs, with the full-vocabulary pass taken where the best token
     was not allowed."""
     from orchestrion.models import _greedy, llama_cpp
-    from orchestrion.runtime.protocol import ParaAction
+    from orchestrion.strategies.para import ParaAction
 
     full_passes = []
     original = _greedy.GrammarGreedy._pick_allowed

@@ -4,7 +4,8 @@ import pytest
 
 from orchestrion._text import extract_json
 from orchestrion.models.structured import parse_as
-from orchestrion.runtime.protocol import ParaAction, SubAgentAction, narrow
+from orchestrion.runtime.protocol import SubAgentAction, narrow
+from orchestrion.strategies.para import ParaAction
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ import pytest
 
 from orchestrion import ModelError, Pool, RunContext, ScriptedModel, ToolRegistry, TraceStore
 from orchestrion.runtime import BudgetTracker
-from orchestrion.runtime.protocol import ParaAction
+from orchestrion.strategies.para import ParaAction
 from orchestrion.trace import Tracer
 
 

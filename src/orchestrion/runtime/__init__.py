@@ -9,13 +9,13 @@ from .budget import Budget, BudgetTracker
 from .context import Decision, RunContext
 from .options import StrategyOptions
 from .plan import Plan, Subtask, execute_plan
-from .protocol import Call, Revision, SubAgentAction
+from .protocol import Revision, SubAgentAction
 from .scheduler import Node, NodeResult, run_dag
 from .subagent import Harness, SubAgent, SubAgentReport
 from .types import Answer, Task
 
 __all__ = [
-    "Answer", "Budget", "BudgetTracker", "Call", "Decision", "Harness", "Node", "NodeResult", "Plan", "Revision",
+    "Answer", "Budget", "BudgetTracker", "Decision", "Harness", "Node", "NodeResult", "Plan", "Revision",
     "RunContext", "StrategyOptions", "SubAgent", "SubAgentAction", "SubAgentReport", "Subtask", "Task",
     "execute_plan", "run_dag",
 ]

@@ -1,4 +1,6 @@
-"""Action schemas: what orchestrators and sub-agents may output, as pydantic models.
+"""Action schemas shared by strategies: what sub-agents may output, as pydantic models, and how
+a schema is pinned to the names that exist (each strategy keeps its own orchestrator action:
+para's ``ParaAction`` lives in :mod:`orchestrion.strategies.para`).
 
 String fields carry length limits so that grammar-constrained decoding on a
 small model always ends; :func:`narrow` pins tool and model names to the ones
@@ -11,27 +13,6 @@ import copy
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
-
-
-class Call(BaseModel):
-    """One call in a parallel round: a tool or agent tool, its input, and optionally a model."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    tool: str = Field(max_length=40)
-    input: str = Field(default="", max_length=600)
-    model: str | None = Field(default=None, max_length=80)
-    args: dict[str, Any] | None = None
-
-
-class ParaAction(BaseModel):
-    """ParaManager's action: up to N calls this round, or stop (``final``)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    thought: str = Field(default="", max_length=200)
-    calls: list[Call] = Field(default_factory=list, max_length=4)
-    final: bool = False
 
 
 class SubAgentAction(BaseModel):

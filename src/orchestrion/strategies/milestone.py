@@ -34,9 +34,9 @@ from .._text import normalize
 from ..models.types import Message, msg
 from ..runtime.context import RunContext
 from ..runtime.plan import Subtask, execute_plan, results_text
-from ..runtime.plan_repair import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan
 from ..runtime.protocol import narrow
 from ..runtime.synthesis import synthesize
+from ._planning import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan
 from .base import Answer, Strategy, Task, register
 
 

@@ -11,16 +11,37 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .._prompts import render
 from ..models.types import msg
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
-from ..runtime.protocol import Call, ParaAction, narrow
+from ..runtime.protocol import narrow
 from ..runtime.synthesis import Evidence, synthesize
 from ..tools.envelope import ToolResult
 from .base import Answer, Strategy, Task, register
+
+
+class Call(BaseModel):
+    """One call in a parallel round: a tool or agent tool, its input, and optionally a model."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    tool: str = Field(max_length=40)
+    input: str = Field(default="", max_length=600)
+    model: str | None = Field(default=None, max_length=80)
+    args: dict[str, Any] | None = None
+
+
+class ParaAction(BaseModel):
+    """ParaManager's action: up to N calls this round, or stop (``final``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    thought: str = Field(default="", max_length=200)
+    calls: list[Call] = Field(default_factory=list, max_length=4)
+    final: bool = False
 
 
 @register

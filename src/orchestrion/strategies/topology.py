@@ -42,11 +42,11 @@ from .._text import last_line, normalize
 from ..models.types import msg
 from ..runtime.context import RunContext
 from ..runtime.plan import Subtask, execute_plan, results_text
-from ..runtime.plan_repair import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan
 from ..runtime.scheduler import NodeResult
 from ..runtime.synthesis import synthesize
 from ..status import NodeStatus
 from ..tools.envelope import ToolResult
+from ._planning import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan
 from .base import Answer, Strategy, Task, register
 
 Topology = Literal["parallel", "sequential", "hierarchical", "hybrid"]

@@ -19,10 +19,10 @@ from pydantic import Field
 from .._errors import ModelError, PlanError
 from .._prompts import render
 from ..models.types import Message, msg
-from .context import ORCHESTRATOR_CONFIG, RunContext
-from .options import StrategyOptions
-from .plan import Plan, Subtask, validate_plan
-from .protocol import narrow
+from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
+from ..runtime.options import StrategyOptions
+from ..runtime.plan import Plan, Subtask, validate_plan
+from ..runtime.protocol import narrow
 
 MAX_SUBTASKS = 8  # Plan's own limit
 
