@@ -12,7 +12,8 @@ import pytest
 
 from orchestrion import GenerateConfig, Pool, ScriptedModel, TraceStore, solve
 from orchestrion.models.types import msg
-from orchestrion.runtime.synthesis import ANSWER, AnswerChannel, Evidence, GroundedStream, ground, text_pieces
+from orchestrion.runtime.answer import AnswerChannel, text_pieces
+from orchestrion.runtime.synthesis import Evidence, GroundedStream, ground
 
 EVIDENCE = [Evidence("calculator 12*13 -> status=OK 156"), Evidence("reasoner (ok): thinking...\nAnswer: 42")]
 ATOMS = ["[", "R", "1", "2", "3", "]", " ", "\n", "Answer", ":", "answer", "final", "Final answer", "x", "7", ".",
@@ -60,12 +61,8 @@ def test_text_pieces_rejoin_exactly() -> None:
 async def test_only_the_first_synthesis_streams_and_the_rest_is_sent_at_the_end(store: TraceStore) -> None:
     got: list[str] = []
     channel = AnswerChannel(got.append)
-    token = ANSWER.set(channel)
-    try:
-        res = await solve("What is 2+3?", strategy="direct", pool=Pool.from_models([ScriptedModel(["5 it is"])]),
-                          store=store)
-    finally:
-        ANSWER.reset(token)
+    res = await solve("What is 2+3?", strategy="direct", pool=Pool.from_models([ScriptedModel(["5 it is"])]),
+                      store=store, answer=channel)
     assert res.answer == "5 it is" and not channel.claimed and got == []  # direct has no synthesis: not streamed
     assert channel.claim() and not channel.claim()
     assert channel.finish("5 it is", "stop") and "".join(got) == "5 it is" and channel.finish_reason == "stop"

@@ -1,8 +1,8 @@
 """Executors: where the episodes of an evaluation run.
 
-Both executors call the same :func:`run_episode` (one :func:`orchestrion.api.solve`
-with the dataset's scorer), so the rows they leave in the trace store have the
-same shape.
+Both executors call the same :func:`run_episode` (one runtime episode, reviewed by
+:func:`~orchestrion.eval.scoring.scoring` with the dataset's scorer), so the rows they leave in
+the trace store have the same shape.
 
 - ``local``: asyncio in this process; at most ``concurrency`` episodes in flight,
   one pool shared by all of them (so per-model concurrency limits hold).
@@ -22,15 +22,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from .._errors import ConfigError
-from ..api import solve
 from ..models.pool import Pool, PoolConfig
 from ..runtime.budget import Budget
+from ..runtime.episode import run_episode as episode
 from ..runtime.options import options_for
 from ..runtime.types import Task
 from ..strategies.registry import get_strategy
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
+from .scoring import scoring
 
 PoolFactory = Callable[[], Pool]
 ToolsFactory = Callable[[], ToolRegistry]
@@ -116,14 +117,15 @@ async def run_episode(item: WorkItem, job: EpisodeJob, pool: Pool, store: TraceS
         scored.update(fields)
         return dict(fields)
 
-    options = options_for(type(get_strategy(item.strategy)).Options, job.options)  # each strategy takes its own
+    strategy = get_strategy(item.strategy)
+    options = options_for(type(strategy).Options, job.options)  # each strategy takes its own
     if job.seed is not None:
         options["seed"] = job.seed + item.epoch
     try:
-        res = await solve(item.task, strategy=item.strategy, pool=pool, tools=tools, store=store, budget=job.budget,
-                          options=options, run_id=job.run_id, epoch=item.epoch,
-                          scorer=score if job.scorer is not None else None)
-    except Exception as exc:  # noqa: BLE001 - solve has recorded it as an error episode; keep going
+        res = await episode(item.task, strategy, pool=pool, tools=tools, store=store, budget=job.budget,
+                            options=options, run_id=job.run_id, epoch=item.epoch,
+                            review=scoring(score) if job.scorer is not None else None)
+    except Exception as exc:  # noqa: BLE001 - the episode has recorded it as an error episode; keep going
         return Outcome(item.key, None, "error", _float(scored.get("score")), _bool(scored.get("correct")),
                        error=f"{type(exc).__name__}: {exc}")
     return Outcome(item.key, res.trace_id, res.status, _float(scored.get("score")), _bool(scored.get("correct")),

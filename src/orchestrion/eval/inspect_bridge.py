@@ -1,7 +1,7 @@
 """Orchestrion strategies as inspect_ai solvers (the optional ``inspect`` extra).
 
 ``orchestrion_solver("para")`` returns an inspect_ai solver that hands each
-sample's input to :func:`orchestrion.api.solve`, so any inspect_ai task, dataset
+sample's input to :func:`orchestrion.runtime.episode.run_episode`, so any inspect_ai task, dataset
 and scorer can evaluate an orchestration strategy::
 
     from inspect_ai import Task, eval
@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .._errors import ConfigError
-from ..api import solve
 from ..models.pool import Pool, load_pool
 from ..runtime.budget import Budget
+from ..runtime.episode import run_episode
 from ..runtime.types import Task
 from ..status import EpisodeStatus
 from ..strategies.base import Strategy
@@ -110,8 +110,8 @@ def _solver_factory() -> Any:
         run_id: str | None,
     ) -> Solver:
         async def run(state: TaskState, generate: Generate) -> TaskState:
-            result = await solve(
-                _task_of(state), strategy=strategy, pool=pool, tools=tools, store=store,
+            result = await run_episode(
+                _task_of(state), strategy, pool=pool, tools=tools, store=store,
                 budget=budget, options=options, run_id=run_id, epoch=max(state.epoch - 1, 0),
             )
             state.output = ModelOutput.from_content(

@@ -21,6 +21,7 @@ from ..models.types import Completion, GenerateConfig, Message, Usage
 from ..tools.envelope import ToolResult, ToolStatus
 from ..tools.registry import ToolRegistry
 from ..trace.tracer import Tracer
+from .answer import AnswerChannel
 from .budget import BudgetTracker
 from .options import LooseOptions, StrategyOptions, validate_options
 from .types import EpisodeStatus
@@ -80,11 +81,15 @@ class RunContext:
         tracer: Tracer,
         budget: BudgetTracker,
         options: Mapping[str, Any] | StrategyOptions | None = None,
+        *,
+        answer: AnswerChannel | None = None,
     ) -> None:
         self.pool = pool
         self.tools = tools
         self.tracer = tracer
         self.budget = budget
+        # what the episode's caller wants of the final answer (streaming, JSON format); None = nothing
+        self.answer = answer
         # validated options: the strategy's own Options (from solve), or a plain dict typed loosely
         self.strategy_options: StrategyOptions = (
             options if isinstance(options, StrategyOptions)
@@ -121,8 +126,8 @@ class RunContext:
         return default if value is None else value
 
     def with_tools(self, tools: ToolRegistry) -> RunContext:
-        """The same episode (pool, tracer, budget, options, recorded results) with other tools."""
-        child = RunContext(self.pool, tools, self.tracer, self.budget, self.strategy_options)
+        """The same episode (pool, tracer, budget, options, answer channel, recorded results) with other tools."""
+        child = RunContext(self.pool, tools, self.tracer, self.budget, self.strategy_options, answer=self.answer)
         child.results = self.results  # one list: the grounding rate sees every call of the episode
         return child
 

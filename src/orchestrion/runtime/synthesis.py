@@ -5,8 +5,9 @@ its status, and the synthesizer may cite a label instead of retyping the result.
 citation is replaced by the result itself, so a small model cannot miscopy a number it
 was given. Synthesis decodes at the synthesis role's temperature (greedy by default).
 
-The caller of an episode (``orchestrion serve``) may set an :class:`AnswerChannel` in
-:data:`ANSWER` before the episode starts. The episode's synthesis then streams the answer
+The caller of an episode (``orchestrion serve``) may pass an :class:`AnswerChannel` to the
+episode (:func:`orchestrion.runtime.episode.run_episode`, held by its run context as
+``ctx.answer``). The episode's synthesis then streams the answer
 into it token by token, grounded as it goes (a possible citation is held back until it is
 resolved, so the pieces joined are exactly the final answer), and, when the channel asks for
 a JSON answer, writes it through the structured-output path: the backend's constrained
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -28,6 +28,7 @@ from .._prompts import render
 from .._text import extract_json
 from ..models.structured import repair_messages, schema_prompt
 from ..models.types import Completion, Message, msg
+from .answer import AnswerChannel
 from .context import RunContext
 
 _CITE = re.compile(r"\[\s*R(\d+)\s*\]")
@@ -96,55 +97,6 @@ def ground(text: str, evidence: Sequence[Evidence]) -> tuple[str, list[int]]:
             lines[-1] = f"Answer: {evidence[n - 1].citable()}"
             out = "\n".join(lines)
     return out, cited
-
-
-# -- the answer channel: streaming and format, asked for by the episode's caller ---------------
-class AnswerChannel:
-    """What the caller of an episode wants of its final answer.
-
-    ``on_text`` receives the answer's text piece by piece while the synthesis model writes it
-    (called from the model's thread: it must be thread-safe). ``json_schema`` asks for an
-    answer that is one JSON value matching it (``{"type": "object"}`` for any object).
-    ``sent`` is what was handed to ``on_text``; ``finish_reason`` is the answer call's
-    (``length`` when it stopped at its token limit).
-    """
-
-    def __init__(self, on_text: Callable[[str], None] | None = None,
-                 json_schema: dict[str, Any] | None = None) -> None:
-        self.on_text = on_text
-        self.json_schema = json_schema
-        self.claimed = False
-        self.sent = ""
-        self.finish_reason: str | None = None
-
-    def claim(self) -> bool:
-        """The first synthesis of the episode streams; any later one does not."""
-        first, self.claimed = not self.claimed, True
-        return first
-
-    def emit(self, piece: str) -> None:
-        if piece:
-            self.sent += piece
-            if self.on_text is not None:
-                self.on_text(piece)
-
-    def finish(self, answer: str, finish_reason: str) -> bool:
-        """Send what ``answer`` adds to what was streamed; False if the stream went astray."""
-        self.finish_reason = finish_reason
-        if not answer.startswith(self.sent):
-            return False
-        for piece in text_pieces(answer[len(self.sent):]):
-            self.emit(piece)
-        return True
-
-
-ANSWER: ContextVar[AnswerChannel | None] = ContextVar("orchestrion_answer", default=None)
-
-
-def text_pieces(text: str) -> list[str]:
-    """``text`` cut into word-sized pieces (each with the whitespace before it), for callers
-    that stream an answer no model streamed."""
-    return re.findall(r"\s*\S+\s*$|\s*\S+", text) or ([text] if text else [])
 
 
 class GroundedStream:
@@ -233,7 +185,7 @@ async def synthesize(task: str, results: Sequence[str | Evidence], ctx: RunConte
     shown = [r if isinstance(r, Evidence) else Evidence(r) for r in results][-MAX_RESULTS:]
     body = "\n".join(f"[R{i}] {e.text}" for i, e in enumerate(shown, 1))
     results_text = body or "(no results: answer from your own knowledge)"
-    channel = ANSWER.get()
+    channel = ctx.answer
     live = channel if channel is not None and channel.claim() else None
     model = ctx.strategy_options.synthesizer or ctx.pool.synthesizer
     config = ctx.config("synthesis", ctx.strategy_options.max_tokens)
@@ -303,7 +255,7 @@ async def conform_answer(task: str, answer: str, ctx: RunContext) -> str:
     """The episode's answer in the format its :class:`AnswerChannel` asks for: unchanged when no
     format is asked, when the synthesis already wrote it, or when it already fits; else one
     JSON synthesis from the answer."""
-    channel = ANSWER.get()
+    channel = ctx.answer
     if channel is None or channel.json_schema is None or channel.claimed:
         return answer
     try:

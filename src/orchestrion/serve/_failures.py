@@ -20,8 +20,8 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..api import EpisodeResult
 from ..models.pool import Pool
+from ..runtime.episode import EpisodeResult
 from ..status import EpisodeStatus
 from ._openai_schema import ApiError, episode_summary
 

@@ -19,7 +19,7 @@ import time
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..api import EpisodeResult
+from ..runtime.episode import EpisodeResult
 
 _ENDPOINTS = ("/v1/chat/completions", "/v1/models", "/health", "/metrics")
 _LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)

@@ -89,9 +89,9 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..api import EpisodeResult
 from ..models.types import Usage
 from ..runtime.budget import Budget
+from ..runtime.episode import EpisodeResult
 from ..status import EpisodeStatus
 from ..strategies.registry import strategies
 from ..trace.bus import EventType, TraceEvent

@@ -1,7 +1,7 @@
 """One request's episode as serve watches it: its trace events, its streamed answer, its SSE.
 
 A :class:`Watch` subscribes to the episode's trace events on the store's in-process bus and
-sets the :class:`~orchestrion.runtime.synthesis.AnswerChannel` the synthesis streams into,
+sets the :class:`~orchestrion.runtime.answer.AnswerChannel` the synthesis streams into,
 both *before* the episode starts, so nothing is missed. Events and answer pieces arrive in one
 queue, in the order they happened on this loop; the episode's end puts a marker behind them.
 """
@@ -17,8 +17,8 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from .._errors import ConfigError, OrchestrionError
-from ..api import EpisodeResult
-from ..runtime.synthesis import AnswerChannel, text_pieces
+from ..runtime.answer import AnswerChannel, text_pieces
+from ..runtime.episode import EpisodeResult
 from ..trace.bus import EventType, TraceEvent
 from ..trace.store import TraceStore
 from ._failures import failure, summary

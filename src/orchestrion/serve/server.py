@@ -1,7 +1,7 @@
 """`orchestrion serve`: every strategy as a model behind an OpenAI-compatible API.
 
 ``GET /v1/models`` lists each strategy as ``orchestrion/<name>``; ``POST /v1/chat/completions``
-runs one traced episode per request through :func:`orchestrion.api.solve`, answered whole or
+runs one traced episode per request through :func:`orchestrion.runtime.episode.run_episode`, answered whole or
 streamed as server-sent events: progress as the trace store commits it (the request
 subscribes to the store's event bus before its episode starts), then the answer token by
 token. The wire format (extension fields, headers, progress chunks, errors) is documented in
@@ -9,7 +9,7 @@ token. The wire format (extension fields, headers, progress chunks, errors) is d
 needed); ``GET /metrics`` is Prometheus text (:mod:`orchestrion.serve._metrics`).
 
 Every episode in flight is an asyncio task: a full server answers 429 instead of queueing,
-and a client that disconnects has its episode cancelled, which ``solve`` records as
+and a client that disconnects has its episode cancelled, which ``run_episode`` records as
 ``cancelled``; the cancellation reaches the model call in progress (the embedded model stops
 before its next token, an HTTP call is closed). Each server process writes one ``runs`` row
 (kind ``serve``); each request's episode has that ``run_id`` and ``task_id`` = the completion
@@ -38,13 +38,12 @@ from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._errors import ConfigError
-from ..api import EpisodeResult, solve
 from ..models.pool import Pool, load_pool
 from ..runtime.budget import Budget
-from ..runtime.synthesis import ANSWER
+from ..runtime.episode import EpisodeResult, run_episode
 from ..runtime.types import Task
 from ..status import RunStatus
-from ..strategies.registry import strategies
+from ..strategies.registry import get_strategy, strategies
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
@@ -154,14 +153,10 @@ class _Service:
         keep_200 = req.orchestrion.errors_as_200
         watch = Watch(self.store, episode_id, live=req.stream, json_schema=req.json_schema, secrets=self.secrets,
                       errors_as_200=self.settings.errors_as_200 if keep_200 is None else keep_200)
-        token = ANSWER.set(watch.channel)  # the episode's task copies this context
-        try:
-            episode = asyncio.create_task(solve(
-                task, strategy=strategy, pool=self.pool, tools=self.tools, store=self.store, budget=budget,
-                options=options, run_id=self.run_id, episode_id=episode_id,
-            ))
-        finally:
-            ANSWER.reset(token)
+        episode = asyncio.create_task(run_episode(
+            task, get_strategy(strategy), pool=self.pool, tools=self.tools, store=self.store, budget=budget,
+            options=options, run_id=self.run_id, episode_id=episode_id, answer=watch.channel,
+        ))
         watch.attach(episode)
         self.inflight.add(episode)
         self.metrics.in_flight.set(len(self.inflight))
@@ -220,7 +215,7 @@ async def _complete(request: Request, req: ChatRequest, cid: str, episode: async
         while not episode.done():
             await asyncio.wait({episode}, timeout=DISCONNECT_POLL_S)
             if not episode.done() and await request.is_disconnected():
-                episode.cancel()  # solve records the episode as cancelled
+                episode.cancel()  # run_episode records the episode as cancelled
                 await asyncio.wait({episode}, timeout=10)
                 return Response(status_code=499)  # nobody reads it
     finally:

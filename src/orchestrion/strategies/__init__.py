@@ -5,6 +5,6 @@ one module each, found by name in the registry.
 from __future__ import annotations
 
 from .base import Strategy, register
-from .registry import get_strategy, strategies
+from .registry import as_strategy, get_strategy, strategies
 
-__all__ = ["Strategy", "get_strategy", "register", "strategies"]
+__all__ = ["Strategy", "as_strategy", "get_strategy", "register", "strategies"]

@@ -24,3 +24,8 @@ def get_strategy(name: str) -> Strategy:
             f"unknown strategy '{name}'; choose one of: {', '.join(sorted(strategies()))}"
         )
     return found()
+
+
+def as_strategy(strategy: str | Strategy) -> Strategy:
+    """A strategy object, looked up by name when ``strategy`` is one."""
+    return get_strategy(strategy) if isinstance(strategy, str) else strategy

@@ -34,12 +34,13 @@ from typing import Any
 
 from .._errors import ConfigError
 from .._text import locate_json
-from ..api import EpisodeResult, solve
 from ..models.pool import Pool
 from ..models.structured import parse_as
 from ..models.types import Usage
 from ..runtime.budget import Budget
+from ..runtime.episode import EpisodeResult, run_episode
 from ..runtime.types import Task
+from ..strategies.registry import get_strategy
 from ..strategies.spec import (
     LEVELS,
     OrchestrationSpec,
@@ -193,8 +194,8 @@ async def counterfactuals(
 
     async def run(edit: SpecEdit) -> Counterfactual:
         async with gate:
-            res = await solve(task, strategy="spec", pool=pool, tools=the_tools, store=store, budget=budget,
-                              options={**opts, "replay_decisions": [*prefix, edit.output]}, run_id=run_id)
+            res = await run_episode(task, get_strategy("spec"), pool=pool, tools=the_tools, store=store, budget=budget,
+                                    options={**opts, "replay_decisions": [*prefix, edit.output]}, run_id=run_id)
             reward = float(await reward_fn(res, task))
         ran = res.meta.get("spec")
         applied = ran is not None and OrchestrationSpec.model_validate(ran) == OrchestrationSpec.model_validate(

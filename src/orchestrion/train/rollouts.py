@@ -1,6 +1,6 @@
 """Group rollouts for GRPO: the same task solved G times, rewards turned into advantages.
 
-``collect_group`` runs ``settings.group`` episodes of one task through :func:`orchestrion.api.solve`
+``collect_group`` runs ``settings.group`` episodes of one task through :func:`orchestrion.runtime.episode.run_episode`
 with the option ``seed`` set to a distinct value per episode (each orchestrator decision
 call then samples with its own seed derived from it, see
 :func:`orchestrion.runtime.context.decision_seed`) at a temperature above zero, and
@@ -25,10 +25,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .._errors import ConfigError
-from ..api import EpisodeResult, solve
 from ..models.pool import Pool
 from ..runtime.budget import Budget
+from ..runtime.episode import EpisodeResult, run_episode
 from ..runtime.types import Task
+from ..strategies.registry import as_strategy
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ._types import TrainSample
@@ -143,9 +144,10 @@ class _Runner:
 
     async def episode(self, task: Task, seed: int, epoch: int) -> tuple[EpisodeResult, float]:
         async with self.gate:
-            res = await solve(task, strategy=self.strategy, pool=self.pool, tools=self.tools, store=self.store,
-                              budget=self.budget, options={**(self.options or {}), "seed": seed}, run_id=self.run_id,
-                              epoch=epoch)
+            options = {**(self.options or {}), "seed": seed}
+            res = await run_episode(task, as_strategy(self.strategy), pool=self.pool, tools=self.tools,
+                                    store=self.store, budget=self.budget, options=options, run_id=self.run_id,
+                                    epoch=epoch)
             reward = float(await self.reward_fn(res, task))
         self.done += 1
         if self.progress is not None:

@@ -45,10 +45,11 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..api import EpisodeResult, solve
 from ..models.pool import Pool
 from ..runtime.budget import Budget
+from ..runtime.episode import EpisodeResult, run_episode
 from ..runtime.types import Task
+from ..strategies.registry import as_strategy
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ._types import TrainSample
@@ -123,8 +124,8 @@ async def collect_tree(
         if replay:
             opts["replay_decisions"] = replay
         async with gate:
-            res = await solve(task, strategy=strategy, pool=pool, tools=tools, store=store, budget=budget,
-                              options=opts, run_id=run_id, epoch=index)
+            res = await run_episode(task, as_strategy(strategy), pool=pool, tools=tools, store=store, budget=budget,
+                                    options=opts, run_id=run_id, epoch=index)
             reward = float(await reward_fn(res, task))
         nonlocal done
         done += 1

@@ -1,0 +1,209 @@
+"""One episode, from start to finish: build its context, run the strategy, conform the answer,
+finish the record.
+
+:func:`run_episode` is the one place an episode is opened and closed: the episode row is
+written first (status ``running``), the strategy runs inside the root span, and the closing
+update (with ``finished = 1``) is committed before it returns, whatever happened: an answer, a
+budget stop, an error or a cancellation. What the caller wants of the answer (streaming, a JSON
+format) comes in as an explicit :class:`AnswerChannel`; what the caller adds to the record once
+the answer is known (eval's score and grounding) comes in as a :data:`Review`, whose fields are
+merged into that same closing update, so a reviewed episode is never half-written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from .._errors import BudgetExceededError, OrchestrionError
+from ..models.pool import Pool, load_pool
+from ..models.types import Usage
+from ..status import EpisodeStatus
+from ..tools.defaults import default_tools
+from ..tools.registry import ToolRegistry
+from ..trace.store import TraceStore
+from ..trace.tracer import Tracer, new_id, reset_current, set_current
+from .answer import AnswerChannel
+from .budget import Budget, BudgetTracker
+from .context import RunContext
+from .options import StrategyOptions, episode_options
+from .synthesis import conform_answer
+from .types import Answer, Task
+
+# what the caller adds to the record once the answer is known: (task, answer, the outputs of the
+# episode's successful tool and agent calls) -> fields merged into the episode's meta
+Review = Callable[[Task, str, list[str]], Awaitable[dict[str, Any]]]
+
+
+class EpisodeStrategy(Protocol):
+    """What the runtime needs of a strategy (:class:`orchestrion.strategies.base.Strategy`)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def Options(self) -> type[StrategyOptions]: ...  # noqa: N802 - the strategies' class attribute
+
+    async def solve(self, task: Task, ctx: RunContext) -> Answer: ...
+
+
+@dataclass
+class EpisodeResult:
+    """The outcome of one episode."""
+
+    answer: str
+    status: EpisodeStatus
+    strategy: str
+    usage: Usage
+    wall_s: float
+    trace_id: str
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def cost_usd(self) -> float | None:
+        return self.usage.cost_usd
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "answer": self.answer,
+            "status": self.status,
+            "strategy": self.strategy,
+            "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens},
+            "cost": self.usage.cost_usd,
+            "cost_units": self.usage.cost_units,
+            "wall_s": round(self.wall_s, 3),
+            "trace_id": self.trace_id,
+            "error": self.error,
+            "meta": self.meta,
+        }
+
+
+@dataclass
+class _Episode:
+    """An opened episode: what :func:`_build` made and :func:`_finish` closes."""
+
+    task: Task
+    strategy: EpisodeStrategy
+    pool: Pool
+    store: TraceStore
+    ctx: RunContext
+    id: str
+    started: float
+    own_pool: bool  # built here from a name: closed here
+    own_store: bool
+
+
+@dataclass
+class _Ending:
+    answer: str = ""
+    status: EpisodeStatus = EpisodeStatus.OK
+    error: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+async def run_episode(
+    task: str | Task,
+    strategy: EpisodeStrategy,
+    *,
+    pool: Pool | str | Path | None = None,
+    tools: ToolRegistry | None = None,
+    store: TraceStore | str | Path | None = None,
+    budget: Budget | None = None,
+    options: dict[str, Any] | None = None,
+    run_id: str | None = None,
+    epoch: int = 0,
+    episode_id: str | None = None,
+    answer: AnswerChannel | None = None,
+    review: Review | None = None,
+) -> EpisodeResult:
+    """Solve one task with one strategy; the episode is fully traced (see the module doc).
+
+    A pool or store given by name (or left to the default) is opened here and closed before
+    returning; pass :class:`Pool` / :class:`TraceStore` objects to reuse them. ``episode_id``
+    (default: a new id) lets a caller subscribe to the episode's trace events
+    (``store.bus.subscribe(episode_id)``) before it starts. ``review`` is not awaited for a
+    cancelled episode.
+    """
+    ep = _build(task, strategy, pool, tools, store, budget, options, run_id, epoch, episode_id, answer)
+    end = _Ending()
+    try:
+        await _run(ep, end)
+    finally:
+        ended = await _finish(ep, end, review)
+    return EpisodeResult(end.answer, end.status, ep.strategy.name, ep.ctx.budget.usage, ended - ep.started, ep.id,
+                         end.error, end.meta)
+
+
+def _build(task: str | Task, strategy: EpisodeStrategy, pool: Pool | str | Path | None, tools: ToolRegistry | None,
+           store: TraceStore | str | Path | None, budget: Budget | None, options: dict[str, Any] | None,
+           run_id: str | None, epoch: int, episode_id: str | None, answer: AnswerChannel | None) -> _Episode:
+    """The episode's context, and its opening row in the store."""
+    the_task = task if isinstance(task, Task) else Task(prompt=task)
+    the_pool = load_pool(pool)
+    # validated before the episode starts: a bad option is a ConfigError, not a half-written episode
+    settings = episode_options(strategy.Options, strategy.name, the_pool.config.strategies.get(strategy.name, {}),
+                               the_pool.source, options)
+    opts = settings.model_dump(mode="json", exclude_unset=True)
+    the_store = store if isinstance(store, TraceStore) else TraceStore(store)
+    the_id = episode_id or new_id()
+    tracker = BudgetTracker(budget)
+    ctx = RunContext(the_pool, tools or default_tools(), Tracer(the_store, the_id), tracker, settings, answer=answer)
+    started = time.time()
+    the_store.start_episode(
+        the_id, run_id=run_id, task_id=the_task.id, epoch=epoch, strategy=strategy.name,
+        task=the_task.model_dump(), started=started,
+        meta={"pool": the_pool.source, "options": opts, "budget": tracker.budget.model_dump()},
+    )
+    return _Episode(the_task, strategy, the_pool, the_store, ctx, the_id, started,
+                    own_pool=not isinstance(pool, Pool), own_store=not isinstance(store, TraceStore))
+
+
+async def _run(ep: _Episode, end: _Ending) -> None:
+    """The strategy inside the root span and the wall-time budget, then the answer in the format
+    the answer channel asks; how it ended goes into ``end``."""
+    root = ep.ctx.tracer.start("episode", ep.strategy.name, task=ep.task.prompt)
+    token = set_current(root)
+    wall_s = ep.ctx.budget.budget.wall_s
+    try:
+        async with asyncio.timeout(wall_s):
+            result = await ep.strategy.solve(ep.task, ep.ctx)
+            end.answer, end.status, end.meta = result.text, result.status, result.meta
+            end.answer = await conform_answer(ep.task.prompt, end.answer, ep.ctx)
+    except BudgetExceededError as exc:
+        end.status, end.error = EpisodeStatus.BUDGET_EXCEEDED, str(exc)
+    except TimeoutError:
+        end.status, end.error = EpisodeStatus.BUDGET_EXCEEDED, f"budget exceeded: wall_s {wall_s:g}s reached"
+    except OrchestrionError as exc:
+        end.status, end.error = EpisodeStatus.ERROR, str(exc)
+    except asyncio.CancelledError:
+        end.status, end.error = EpisodeStatus.CANCELLED, "cancelled"
+        raise
+    except Exception as exc:
+        end.status, end.error = EpisodeStatus.ERROR, f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        reset_current(token)
+        root.set(answer=end.answer, error=end.error)
+        root.end(end.status)
+
+
+async def _finish(ep: _Episode, end: _Ending, review: Review | None) -> float:
+    """The review's fields and the closing update, committed; what was opened here is closed.
+    Returns the end time."""
+    ended = time.time()
+    reviewed: dict[str, Any] = {}
+    if review is not None and end.status != EpisodeStatus.CANCELLED:
+        reviewed = await review(ep.task, end.answer, ep.ctx.results)
+    ep.store.finish_episode(ep.id, status=end.status, answer=end.answer, error=end.error, ended=ended,
+                            usage=ep.ctx.budget.usage, meta_patch={**reviewed, "result": end.meta})
+    await asyncio.shield(ep.store.aflush())
+    if ep.own_pool:  # HTTP sessions, model handles
+        await ep.pool.aclose()
+    if ep.own_store:  # everything is committed above
+        await asyncio.to_thread(ep.store.close)
+    return ended
