@@ -21,9 +21,9 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan  # noqa: E4
 
 from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve  # noqa: E402
 from orchestrion._errors import ConfigError  # noqa: E402
+from orchestrion.cli import _otel as _otel_cli  # noqa: E402
 from orchestrion.models.cost import Price  # noqa: E402
 from orchestrion.tools.agents import agent_tools  # noqa: E402
-from orchestrion.trace import _otel_cli  # noqa: E402
 from orchestrion.trace.otel import OtlpSender, episode_spans, resolve_endpoint, trace_id_of, traces_url  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1]))

@@ -224,7 +224,7 @@ async def test_cli_errors_are_one_line(store: TraceStore, tmp_path: Path) -> Non
 
 
 def test_empty_after_tool_cap_says_which_option_to_change() -> None:
-    from orchestrion.train._cli_data import _why_empty
+    from orchestrion.cli._train_data import _why_empty
 
     msg = _why_empty("no tool above 0.5 of records", "r9", [])
     assert msg.startswith("the tool cap removed every row of run r9") and "--max-tool-share 1" in msg

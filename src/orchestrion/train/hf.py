@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
-def _require_training_extra() -> None:
+def require_training_extra() -> None:
     try:
         import torch  # noqa: F401
         import transformers  # noqa: F401
@@ -55,13 +55,13 @@ def _tokenizer(gguf: Path) -> PreTrainedTokenizerBase:
 
 def load_tokenizer(gguf_path: str | Path | None = None) -> PreTrainedTokenizerBase:
     """The orchestrator's tokenizer (the same vocabulary llama.cpp uses, so token ids agree)."""
-    _require_training_extra()
+    require_training_extra()
     return _tokenizer(_gguf(gguf_path))
 
 
 def load_model(gguf_path: str | Path | None = None, **kwargs: Any) -> PreTrainedModel:
     """The orchestrator as a float32 causal LM on CPU (move it with ``.to()`` or accelerate)."""
-    _require_training_extra()
+    require_training_extra()
     from transformers import AutoModelForCausalLM
 
     gguf = _gguf(gguf_path)

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from .._errors import TraceError
-from .store import TraceStore
+from ..trace.store import TraceStore
 
 
 def _cost(value: float | None) -> str:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from .._cli_common import DbOpt, friendly, note_opened, out
+from ._common import DbOpt, friendly, note_opened, out
 
 
 def register(app: typer.Typer) -> None:
@@ -22,9 +22,9 @@ def register(app: typer.Typer) -> None:
         db: DbOpt = None,
     ) -> None:
         """Write report.md (config, per-strategy table, Pareto-optimal strategies) and PNG plots for an eval run."""
+        from ..eval.report import resolve_run, write_report
         from ..trace import atomic_files
         from ..trace.store import default_db_path, open_for_reading
-        from .report import resolve_run, write_report
 
         path = db if db is not None else default_db_path()
         note_opened(path)

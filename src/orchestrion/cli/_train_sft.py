@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from .._cli_common import err, friendly, out
+from ._common import err, friendly, out
 
 
 def register(app: typer.Typer) -> None:
@@ -35,8 +35,8 @@ def sft(
     Runs on whatever device TRL finds (CPU here); on GPUs use `accelerate launch -m orchestrion train sft ...`.
     """
     _quiet_libraries()
-    from .settings import SFTSettings
-    from .sft import load_rows, train_sft
+    from ..train.settings import SFTSettings
+    from ..train.sft import load_rows, train_sft
 
     rows, dropped = load_rows(data, max_length)  # fail fast, before torch is imported
     note = f", {dropped} longer than --max-length left out" if dropped else ""

@@ -8,11 +8,11 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from .._cli_common import err, friendly, out
+from ._common import err, friendly, out
 
 
 def _table() -> Table:
-    from .datasets import NAMED_TASKS, list_datasets
+    from ..eval.datasets import NAMED_TASKS, list_datasets
 
     table = Table("dataset")
     table.add_column("location", overflow="fold")
@@ -35,7 +35,7 @@ def _table() -> Table:
 def _fetch(name: str, force: bool) -> None:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 
-    from .datasets import fetch_dataset
+    from ..eval.datasets import fetch_dataset
 
     with Progress(
         TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), console=err,

@@ -10,8 +10,8 @@ from typing import Annotated
 
 import typer
 
-from .._cli_common import DbOpt, PoolOpt, err, friendly, out, parse_settings
-from .hf import _require_training_extra
+from ..train.hf import require_training_extra
+from ._common import DbOpt, PoolOpt, err, friendly, out, parse_settings
 
 AdapterOpt = Annotated[Path | None, typer.Option(
     "--adapter", help="PEFT adapter dir to start from (e.g. from `train sft`); default: a fresh LoRA")]
@@ -71,10 +71,10 @@ def register(app: typer.Typer) -> None:
         Rerun with the same --out to continue an interrupted run from its last saved step. On GPUs:
         `accelerate launch -m orchestrion train grpo ...` (engine trl).
         """
-        _require_training_extra()
+        require_training_extra()
         from ..trace.store import TraceStore
-        from .grpo import train_grpo
-        from .settings import GRPOSettings
+        from ..train.grpo import train_grpo
+        from ..train.settings import GRPOSettings
 
         config = GRPOSettings.build(
             engine=engine, out=out_dir, limit=limit, group=group, steps=steps, tasks_per_step=tasks_per_step,
@@ -117,10 +117,10 @@ def register(app: typer.Typer) -> None:
         stop_after: StopOpt = None,
     ) -> None:
         """OPOD: hindsight hints from a judge, distilled on-policy (reverse KL) plus reward-weighted regression."""
-        _require_training_extra()
+        require_training_extra()
         from ..trace.store import TraceStore
-        from .opod import train_opod
-        from .settings import OPODSettings
+        from ..train.opod import train_opod
+        from ..train.settings import OPODSettings
 
         settings = OPODSettings.build(
             steps=steps, out=out_dir, adapter=adapter, lam=lam, judge=judge, lr=lr, batch_size=batch_size,

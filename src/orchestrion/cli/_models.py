@@ -13,15 +13,15 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .._cli_common import err, friendly_with, out
 from .._errors import ModelNotFoundError, ModelUnavailableError
+from ._common import err, friendly_with, out
 
 NamesArg = Annotated[list[str] | None, typer.Argument(help="catalog model names; none = every model",
                                                       show_default=False)]
 
 
 def _names(names: list[str] | None) -> list[str]:
-    from .catalog import CATALOG, entry
+    from ..models.catalog import CATALOG, entry
 
     chosen = list(dict.fromkeys(names or CATALOG))
     for name in chosen:
@@ -30,7 +30,7 @@ def _names(names: list[str] | None) -> list[str]:
 
 
 def _table(full: bool) -> tuple[Table, list[str]]:
-    from .catalog import CATALOG, file_path, status
+    from ..models.catalog import CATALOG, file_path, status
 
     table = Table("name", "upstream", "license", "size (MB)", "sha256", "status",
                   title="model catalog" + (" (full hash check)" if full else ""))
@@ -52,7 +52,7 @@ def _table(full: bool) -> tuple[Table, list[str]]:
 def _pull(names: list[str], force: bool) -> None:
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    from .download import pull
+    from ..models.download import pull
 
     with Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                   TimeRemainingColumn(), console=err, transient=True) as bar:
@@ -70,8 +70,8 @@ def _pull(names: list[str], force: bool) -> None:
 
 
 def _serve(names: list[str] | None, host: str, port_base: int, out_path: Path, threads: int | None) -> None:
-    from .catalog import status
-    from .local_server import start_servers
+    from ..models.catalog import status
+    from ..models.local_server import start_servers
 
     if names:
         chosen = _names(names)
@@ -139,7 +139,7 @@ def register(app: typer.Typer) -> None:
     @friendly_with("interrupted")
     def rm_cmd(names: Annotated[list[str], typer.Argument(help="catalog model names")]) -> None:
         """Delete pulled model files, their check records and kept downloads."""
-        from .catalog import CATALOG, installed_file, remove
+        from ..models.catalog import CATALOG, installed_file, remove
 
         for name in _names(names):
             gone = remove(name)

@@ -14,17 +14,17 @@ import orjson
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from .._cli_common import DbOpt, PoolOpt, at_most, err, fail, friendly, out, parse_settings
 from .._errors import ConfigError
+from ..eval.executors import Outcome, make_executor
+from ..eval.runner import EvalConfig, EvalRun, Observer, Tally, resume_command, resume_config, run_eval
+from ..eval.summary import counted_episodes, summarize, summary_table
 from ..models.pool import default_pool_ref
 from ..models.presets import PRESETS
 from ..runtime.budget import Budget
 from ..status import EpisodeStatus
-from ..trace._otel_cli import OtlpOpt, finish_sender, start_sender
 from ..trace.store import TraceStore
-from .executors import Outcome, make_executor
-from .runner import EvalConfig, EvalRun, Observer, Tally, resume_command, resume_config, run_eval
-from .summary import counted_episodes, summarize, summary_table
+from ._common import DbOpt, PoolOpt, at_most, err, fail, friendly, out, parse_settings
+from ._otel import OtlpOpt, finish_sender, start_sender
 
 if TYPE_CHECKING:
     from ..trace.otel import OtlpSender

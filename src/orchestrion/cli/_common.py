@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.markup import escape
 
-from ._errors import ConfigError, OrchestrionError
+from .._errors import ConfigError, OrchestrionError
 
 # Piped output is not cut at 80 columns: tables and ids stay whole for scripts and logs.
 out = Console(width=None if sys.stdout.isatty() else 160)

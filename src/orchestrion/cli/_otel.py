@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 import typer
 
 from .._errors import ConfigError, TraceError
-from .store import TraceStore
+from ..trace.store import TraceStore
 
 if TYPE_CHECKING:
-    from .otel import OtlpSender
+    from ..trace.otel import OtlpSender
 
 ENV_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
@@ -55,7 +55,7 @@ def start_sender(option: str | None, store: TraceStore, *, warn: Callable[[str],
     if not option and from_env is None:
         return None
     try:
-        from .otel import OtlpSender, resolve_endpoint
+        from ..trace.otel import OtlpSender, resolve_endpoint
     except ConfigError as exc:
         if option:
             raise

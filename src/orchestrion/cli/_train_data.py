@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from .._cli_common import DbOpt, err, friendly, out
 from .._errors import ConfigError
+from ._common import DbOpt, err, friendly, out
 
 if TYPE_CHECKING:
     from ..trace.store import TraceStore
-    from .records import DecisionRecord
+    from ..train.records import DecisionRecord
 
 
 def register(app: typer.Typer) -> None:
@@ -46,8 +46,8 @@ def export(
 ) -> None:
     """Export a run's decisions (exact context, raw output, token ids, loss mask) for TRL or verl."""
     from ..trace.store import TraceStore
-    from .records import RecordFilter, filter_steps, load_records
-    from .rewards import episode_reward, load_reward_config
+    from ..train.records import RecordFilter, filter_steps, load_records
+    from ..train.rewards import episode_reward, load_reward_config
 
     if fmt not in ("trl", "verl"):
         raise ConfigError(f"--format '{fmt}': choose trl or verl")
@@ -70,7 +70,7 @@ def export(
         if not kept:
             raise ConfigError(_why_empty(step, run_id, records))
     if augment > 0:
-        from .augment import augment_records
+        from ..train.augment import augment_records
 
         before = len(kept)
         kept = augment_records(kept, augment)
@@ -88,11 +88,11 @@ def export(
 
 def _write(fmt: str, kept: list[DecisionRecord], out_dir: Path, rewards: dict[str, float],
            info: dict[str, object], gguf: Path | None) -> Path:
-    from .export import export_trl, export_verl
+    from ..train.export import export_trl, export_verl
 
     if fmt == "verl":
         return export_verl(kept, out_dir, rewards=rewards, info=info)
-    from .hf import load_tokenizer
+    from ..train.hf import load_tokenizer
 
     return export_trl(kept, out_dir, tokenizer=load_tokenizer(gguf), rewards=rewards, info=info)
 

@@ -15,7 +15,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ._cli_common import (
+from ..api import EpisodeResult, solve
+from ..models.pool import load_pool
+from ..runtime.budget import Budget
+from ..status import EpisodeStatus, ToolStatus
+from ..strategies.registry import strategies
+from ..tools.defaults import default_tools
+from ..trace import check_output_file
+from ..trace.export import export_jsonl
+from ..trace.store import TraceStore, default_db_path, open_for_reading
+from . import _datasets, _eval, _models, _report, _train_data, _train_rl, _train_sft
+from ._common import (
     DbOpt,
     PoolOpt,
     at_most,
@@ -28,21 +38,9 @@ from ._cli_common import (
     show_flags_as_switches,
     task_text,
 )
-from .api import EpisodeResult, solve
-from .eval import _cli_datasets, _cli_eval, _cli_report
-from .models import _cli_models
-from .models.pool import load_pool
-from .runtime.budget import Budget
-from .status import EpisodeStatus, ToolStatus
-from .strategies.registry import strategies
-from .tools.defaults import default_tools
-from .trace import check_output_file
-from .trace._otel_cli import OtlpOpt, export_otlp, finish_sender, pool_providers, start_sender
-from .trace._otel_cli import episode_id as _episode_id
-from .trace.export import export_jsonl
-from .trace.render import episode_tree, list_episodes
-from .trace.store import TraceStore, default_db_path, open_for_reading
-from .train import _cli_data, _cli_rl, _cli_sft
+from ._otel import OtlpOpt, export_otlp, finish_sender, pool_providers, start_sender
+from ._otel import episode_id as _episode_id
+from ._render import episode_tree, list_episodes
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Learned agentic orchestration: run, trace and compare orchestration strategies.")
@@ -249,8 +247,8 @@ def strategies_cmd(
                                         help="names only, one per line (with NAME: its option names)")] = False,
 ) -> None:
     """List the orchestration strategies, or the options of one (`orchestrion strategies para`)."""
-    from .runtime.options import options_table
-    from .strategies.registry import get_strategy
+    from ..runtime.options import options_table
+    from ..strategies.registry import get_strategy
 
     found = strategies()
     if name is not None:
@@ -297,7 +295,7 @@ def serve(
 ) -> None:
     """Serve every strategy as a model over an OpenAI-compatible API (/v1/chat/completions), with
     /health and Prometheus /metrics. A non-loopback --host needs --api-key-env (or --insecure-no-auth)."""
-    from .serve.server import ServeSettings, run_server
+    from ..serve.server import ServeSettings, run_server
 
     at_most("--max-concurrent", max_concurrent, 100_000)
     at_most("--max-body-kb", max_body_kb, 1024 * 1024)
@@ -324,7 +322,7 @@ def view(
     """Browse runs and episodes in a web page: search, pages, plan DAG, timeline, decisions, costs,
     two episodes of one task side by side; running episodes update live. A non-loopback --host
     needs --api-key-env (or --insecure-no-auth); an exported bundle is owner-only."""
-    from .serve.viewer import export_static, run_viewer
+    from ..serve.viewer import export_static, run_viewer
 
     if export is not None:
         index = export_static(open_store(db), export)
@@ -336,10 +334,10 @@ def view(
 # Evaluation and training commands live beside their code; each module adds its own.
 train_app = typer.Typer(no_args_is_help=True, help="Train the orchestrator from traces: export, sft, grpo, opod.")
 app.add_typer(train_app, name="train")
-for _register in (_cli_datasets.register, _cli_eval.register, _cli_report.register):
+for _register in (_datasets.register, _eval.register, _report.register):
     _register(app)
-_cli_models.register(app)
-for _register in (_cli_data.register, _cli_sft.register, _cli_rl.register):
+_models.register(app)
+for _register in (_train_data.register, _train_sft.register, _train_rl.register):
     _register(train_app)
 
 
