@@ -4,6 +4,10 @@
     _errors, _lazy, _paths, _prompts, _text, status  (leaves: import nothing of orchestrion but each other)
     models → tools, trace → runtime → strategies → eval, train, serve
     api, cli, __init__, __main__  (top: may import anything)
+
+No package imports ``api`` or ``cli``; no module imports another package's private module or
+name (the leaves are shared by every layer); strategies reach the trace only through the run
+context; and no two modules import each other, directly or around a loop, even inside one package.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ class Edge:
     target: str  # unit imported
     where: str  # file:line
     text: str  # the dotted module imported
+    module: str = ""  # the importing module, dotted
+    names: tuple[str, ...] = ()  # the names a ``from X import ...`` takes from the module imported
 
     def __str__(self) -> str:
         return f"{self.where}: {self.source} -> {self.target} ({self.text})"
@@ -60,11 +66,11 @@ def _is_module(dotted: str) -> bool:
     return base.with_suffix(".py").is_file() or (base / "__init__.py").is_file()
 
 
-def _imported(path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
-    """The orchestrion modules an import statement loads (``from X import m`` counts ``X.m``
-    when ``m`` is a submodule, else ``X``)."""
+def _imported(path: Path, node: ast.Import | ast.ImportFrom) -> list[tuple[str, str | None]]:
+    """The orchestrion modules an import statement loads, each with the name it takes from that
+    module (``from X import m`` counts ``X.m`` when ``m`` is a submodule, else ``X`` and ``m``)."""
     if isinstance(node, ast.Import):
-        return [a.name for a in node.names if a.name.split(".")[0] == "orchestrion"]
+        return [(a.name, None) for a in node.names if a.name.split(".")[0] == "orchestrion"]
     if node.level:
         package = _module_name(path).split(".")
         if path.name != "__init__.py":
@@ -75,24 +81,28 @@ def _imported(path: Path, node: ast.Import | ast.ImportFrom) -> list[str]:
         dotted = node.module or ""
     if dotted.split(".")[0] != "orchestrion":
         return []
-    return [f"{dotted}.{a.name}" if _is_module(f"{dotted}.{a.name}") else dotted for a in node.names]
+    return [(f"{dotted}.{a.name}", None) if _is_module(f"{dotted}.{a.name}") else (dotted, a.name) for a in node.names]
 
 
-def _edges() -> list[Edge]:
-    edges: dict[Edge, None] = {}  # ordered, without the repeats of ``from X import a, b``
+def _module_edges() -> list[Edge]:
+    """Every import of an orchestrion module by another, one edge per statement and module."""
+    edges: dict[tuple[str, str, str], Edge] = {}  # ordered, one edge per (file:line, module imported)
     for path in sorted(ROOT.rglob("*.py")):
-        source = _unit(_module_name(path))
+        module = _module_name(path)
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import | ast.ImportFrom):
-                for dotted in _imported(path, node):
-                    target = _unit(dotted)
-                    if target != source:
-                        where = f"{path.relative_to(SRC.parent)}:{node.lineno}"
-                        edges[Edge(source, target, where, dotted)] = None
-    return list(edges)
+                where = f"{path.relative_to(SRC.parent)}:{node.lineno}"
+                for dotted, name in _imported(path, node):
+                    key = (module, where, dotted)
+                    found = edges.get(key)
+                    names = (*found.names, name) if found is not None and name else (name,) if name else ()
+                    edges[key] = Edge(_unit(module), _unit(dotted), where, dotted, module, names)
+    return list(edges.values())
 
 
-EDGES = _edges()
+MODULE_EDGES = _module_edges()
+EDGES = list({Edge(e.source, e.target, e.where, e.text): None
+              for e in MODULE_EDGES if e.source != e.target})  # between units
 
 
 def _report(bad: list[Edge], most: int = 50) -> str:
@@ -186,3 +196,73 @@ def test_the_lazy_public_names_resolve() -> None:
     assert set(orchestrion.__all__) <= set(dir(orchestrion))
     with pytest.raises(AttributeError):
         orchestrion.no_such_name  # noqa: B018
+
+
+def test_no_package_imports_the_api_or_the_cli() -> None:
+    _check([e for e in EDGES if e.source in PACKAGES and e.target in ("api", "cli")],
+           "package imports the api or the cli (they sit on top)")
+
+
+def _private(e: Edge) -> bool:
+    """Whether ``e`` reaches into another package's privates: a module whose dotted path below the
+    package has a ``_`` part, or a ``_`` name taken from a module (the shared leaves excepted)."""
+    parts = e.text.split(".")[2:] if e.target in PACKAGES or e.target == "cli" else []
+    return any(p.startswith("_") for p in parts) or any(n.startswith("_") for n in e.names if e.target != "__init__")
+
+
+def test_no_module_imports_another_packages_private_names() -> None:
+    cross = [e for e in MODULE_EDGES if e.source != e.target and e.target not in LEAVES]
+    _check([e for e in cross if _private(e)], "module imports another package's private module or name")
+
+
+def test_the_private_rule_sees_private_imports() -> None:
+    # a guard against a rule that can never fail
+    assert _private(Edge("strategies", "tools", "x.py:1", "orchestrion.tools.agents", "m", ("_PromptAgent",)))
+    assert _private(Edge("serve", "trace", "x.py:1", "orchestrion.trace._bus", "m"))
+    assert not _private(Edge("serve", "trace", "x.py:1", "orchestrion.trace.bus", "m", ("EventType",)))
+
+
+def test_strategies_do_not_import_the_trace() -> None:
+    _check([e for e in EDGES if e.source == "strategies" and e.target == "trace"],
+           "strategy imports the trace (it traces through the run context)")
+
+
+def test_no_import_loop_between_modules() -> None:
+    """Tarjan's strongly connected components over every module import (top level, under
+    ``TYPE_CHECKING`` and inside functions): a component of two or more modules is a loop."""
+    graph: dict[str, set[str]] = defaultdict(set)
+    for e in MODULE_EDGES:
+        if e.module != e.text:
+            graph[e.module].add(e.text)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    loops: list[list[str]] = []
+
+    def connect(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                connect(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(component) > 1:
+                loops.append(sorted(component))
+
+    for v in sorted(list(graph)):
+        if v not in index:
+            connect(v)
+    if loops:
+        pytest.fail("import loops:\n" + "\n".join(
+            "  " + ", ".join(loop) + ":" + _report([e for e in MODULE_EDGES if e.module in loop and e.text in loop], 8)
+            for loop in loops), pytrace=False)
+
+
+def test_the_loop_check_sees_the_known_imports() -> None:
+    assert any(e.module == "orchestrion.runtime.episode" and e.text == "orchestrion.runtime.synthesis"
+               for e in MODULE_EDGES)
