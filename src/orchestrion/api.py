@@ -7,18 +7,12 @@ A thin wrapper: :func:`solve` resolves the strategy by name and hands the episod
 from __future__ import annotations
 
 import asyncio
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
-from .models.pool import Pool
-from .runtime.answer import AnswerChannel
-from .runtime.budget import Budget
-from .runtime.episode import EpisodeResult, run_episode
+from .runtime.episode import EpisodeArgs, EpisodeResult, run_episode
 from .runtime.types import Task
 from .strategies.base import Strategy
 from .strategies.registry import as_strategy
-from .tools.registry import ToolRegistry
-from .trace.store import TraceStore
 
 if TYPE_CHECKING:
     from .eval.scoring import EpisodeScorer
@@ -30,16 +24,8 @@ async def solve(
     task: str | Task,
     *,
     strategy: str | Strategy = "para",
-    pool: Pool | str | Path | None = None,
-    tools: ToolRegistry | None = None,
-    store: TraceStore | str | Path | None = None,
-    budget: Budget | None = None,
-    options: dict[str, Any] | None = None,
-    run_id: str | None = None,
-    epoch: int = 0,
     scorer: EpisodeScorer | None = None,
-    episode_id: str | None = None,
-    answer: AnswerChannel | None = None,
+    **args: Unpack[EpisodeArgs],
 ) -> EpisodeResult:
     """Solve one task with one strategy; the episode is fully traced.
 
@@ -51,16 +37,15 @@ async def solve(
     closed before returning; pass :class:`Pool` / :class:`TraceStore` objects to reuse them.
     ``episode_id`` (default: a new id) lets a caller subscribe to the
     episode's trace events (``store.bus.subscribe(episode_id)``) before it starts.
-    ``answer`` streams the final answer and sets its format (see :class:`AnswerChannel`).
+    ``answer`` streams the final answer and sets its format (see
+    :class:`~orchestrion.runtime.answer.AnswerChannel`). The other keywords (``pool``, ``tools``,
+    ``store``, ``budget``, ``options``, ``run_id``, ``epoch``) are :class:`EpisodeArgs`.
     """
-    review = None
     if scorer is not None:
         from .eval.scoring import scoring  # here: ``import orchestrion`` loads no eval
 
-        review = scoring(scorer)
-    return await run_episode(task, as_strategy(strategy), pool=pool, tools=tools, store=store, budget=budget,
-                             options=options, run_id=run_id, epoch=epoch, episode_id=episode_id, answer=answer,
-                             review=review)
+        args["review"] = scoring(scorer)
+    return await run_episode(task, as_strategy(strategy), **args)
 
 
 def solve_sync(task: str | Task, **kwargs: Any) -> EpisodeResult:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from .answer import AnswerChannel
 from .budget import Budget, BudgetTracker
 from .context import Decision, RunContext
-from .episode import EpisodeResult, EpisodeStrategy, Review, run_episode
+from .episode import EpisodeArgs, EpisodeResult, EpisodeStrategy, Review, run_episode
 from .options import StrategyOptions
 from .plan import Plan, Subtask, execute_plan
 from .protocol import Revision, SubAgentAction
@@ -17,7 +17,7 @@ from .subagent import Harness, SubAgent, SubAgentReport
 from .types import Answer, Task
 
 __all__ = [
-    "AnswerChannel", "EpisodeResult", "EpisodeStrategy", "Review", "run_episode",
+    "AnswerChannel", "EpisodeArgs", "EpisodeResult", "EpisodeStrategy", "Review", "run_episode",
     "Answer", "Budget", "BudgetTracker", "Decision", "Harness", "Node", "NodeResult", "Plan", "Revision",
     "RunContext", "StrategyOptions", "SubAgent", "SubAgentAction", "SubAgentReport", "Subtask", "Task",
     "execute_plan", "run_dag",

@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, Unpack
 
 from .._errors import BudgetExceededError, OrchestrionError
 from ..models.pool import Pool, load_pool
@@ -37,6 +37,21 @@ from .types import Answer, Task
 # what the caller adds to the record once the answer is known: (task, answer, the outputs of the
 # episode's successful tool and agent calls) -> fields merged into the episode's meta
 Review = Callable[[Task, str, list[str]], Awaitable[dict[str, Any]]]
+
+
+class EpisodeArgs(TypedDict, total=False):
+    """Where and how an episode runs; every key is optional (see :func:`run_episode`)."""
+
+    pool: Pool | str | Path | None  # a Pool, a pool.yaml, a preset name; None = the default
+    tools: ToolRegistry | None  # None = the default tools
+    store: TraceStore | str | Path | None  # a TraceStore or a database path; None = the default
+    budget: Budget | None
+    options: dict[str, Any] | None  # strategy options, over the pool's strategy YAML
+    run_id: str | None
+    epoch: int  # default 0
+    episode_id: str | None  # None = a new id
+    answer: AnswerChannel | None  # what the caller wants of the final answer
+    review: Review | None  # fields added to the closing update once the answer is known
 
 
 class EpisodeStrategy(Protocol):
@@ -106,21 +121,7 @@ class _Ending:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-async def run_episode(
-    task: str | Task,
-    strategy: EpisodeStrategy,
-    *,
-    pool: Pool | str | Path | None = None,
-    tools: ToolRegistry | None = None,
-    store: TraceStore | str | Path | None = None,
-    budget: Budget | None = None,
-    options: dict[str, Any] | None = None,
-    run_id: str | None = None,
-    epoch: int = 0,
-    episode_id: str | None = None,
-    answer: AnswerChannel | None = None,
-    review: Review | None = None,
-) -> EpisodeResult:
+async def run_episode(task: str | Task, strategy: EpisodeStrategy, **args: Unpack[EpisodeArgs]) -> EpisodeResult:
     """Solve one task with one strategy; the episode is fully traced (see the module doc).
 
     A pool or store given by name (or left to the default) is opened here and closed before
@@ -129,33 +130,33 @@ async def run_episode(
     (``store.bus.subscribe(episode_id)``) before it starts. ``review`` is not awaited for a
     cancelled episode.
     """
-    ep = _build(task, strategy, pool, tools, store, budget, options, run_id, epoch, episode_id, answer)
+    ep = _build(task, strategy, args)
     end = _Ending()
     try:
         await _run(ep, end)
     finally:
-        ended = await _finish(ep, end, review)
+        ended = await _finish(ep, end, args.get("review"))
     return EpisodeResult(end.answer, end.status, ep.strategy.name, ep.ctx.budget.usage, ended - ep.started, ep.id,
                          end.error, end.meta)
 
 
-def _build(task: str | Task, strategy: EpisodeStrategy, pool: Pool | str | Path | None, tools: ToolRegistry | None,
-           store: TraceStore | str | Path | None, budget: Budget | None, options: dict[str, Any] | None,
-           run_id: str | None, epoch: int, episode_id: str | None, answer: AnswerChannel | None) -> _Episode:
+def _build(task: str | Task, strategy: EpisodeStrategy, args: EpisodeArgs) -> _Episode:
     """The episode's context, and its opening row in the store."""
     the_task = task if isinstance(task, Task) else Task(prompt=task)
+    pool, store = args.get("pool"), args.get("store")
     the_pool = load_pool(pool)
     # validated before the episode starts: a bad option is a ConfigError, not a half-written episode
     settings = episode_options(strategy.Options, strategy.name, the_pool.config.strategies.get(strategy.name, {}),
-                               the_pool.source, options)
+                               the_pool.source, args.get("options"))
     opts = settings.model_dump(mode="json", exclude_unset=True)
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
-    the_id = episode_id or new_id()
-    tracker = BudgetTracker(budget)
-    ctx = RunContext(the_pool, tools or default_tools(), Tracer(the_store, the_id), tracker, settings, answer=answer)
+    the_id = args.get("episode_id") or new_id()
+    tracker = BudgetTracker(args.get("budget"))
+    ctx = RunContext(the_pool, args.get("tools") or default_tools(), Tracer(the_store, the_id), tracker, settings,
+                     answer=args.get("answer"))
     started = time.time()
     the_store.start_episode(
-        the_id, run_id=run_id, task_id=the_task.id, epoch=epoch, strategy=strategy.name,
+        the_id, run_id=args.get("run_id"), task_id=the_task.id, epoch=args.get("epoch", 0), strategy=strategy.name,
         task=the_task.model_dump(), started=started,
         meta={"pool": the_pool.source, "options": opts, "budget": tracker.budget.model_dump()},
     )
