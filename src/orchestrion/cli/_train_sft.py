@@ -7,7 +7,9 @@ from typing import Annotated, Any
 
 import typer
 
+from ..train.settings import SFTSettings
 from ._common import err, friendly, out
+from ._flags import settings_flags
 
 
 def register(app: typer.Typer) -> None:
@@ -15,38 +17,32 @@ def register(app: typer.Typer) -> None:
     app.command("sft")(sft)
 
 
+SFT_FLAGS = ("steps", "lr", "batch_size", "lora_r", "lora_alpha", "max_length", "seed", "gguf_path")
+
+
 @friendly
+@settings_flags(SFTSettings, SFT_FLAGS, flags={"gguf_path": ("--gguf",)})
 def sft(
     data: Annotated[Path, typer.Option("--data", help="folder written by `orchestrion train export --format trl`")],
     out_dir: Annotated[Path, typer.Option("--out",
                                           help="adapter folder to write (PEFT files, adapter.gguf, train_log.json)")],
-    steps: Annotated[int, typer.Option("--steps", min=1, help="optimizer steps")] = 20,
-    lr: Annotated[float, typer.Option("--lr", min=0.0, help="learning rate")] = 2e-4,
-    batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="rows per device per step")] = 2,
-    lora_r: Annotated[int, typer.Option("--lora-r", min=1, help="LoRA rank")] = 8,
-    lora_alpha: Annotated[int, typer.Option("--lora-alpha", min=1, help="LoRA alpha (scale = alpha / rank)")] = 16,
-    max_length: Annotated[int, typer.Option("--max-length", min=8, help="rows with more tokens are left out")] = 1024,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
-    gguf: Annotated[Path | None, typer.Option("--gguf",
-                                              help="base orchestrator GGUF (default: the embedded SmolLM2)")] = None,
+    **values: Any,
 ) -> None:
     """Fine-tune the orchestrator (LoRA, TRL SFTTrainer) on its own decisions; loss on its output tokens only.
 
     Runs on whatever device TRL finds (CPU here); on GPUs use `accelerate launch -m orchestrion train sft ...`.
     """
     _quiet_libraries()
-    from ..train.settings import SFTSettings
     from ..train.sft import load_rows, train_sft
 
-    rows, dropped = load_rows(data, max_length)  # fail fast, before torch is imported
+    settings = SFTSettings.build(**values)
+    rows, dropped = load_rows(data, settings.max_length)  # fail fast, before torch is imported
     note = f", {dropped} longer than --max-length left out" if dropped else ""
     err.print(f"training on {len(rows)} decisions from {data}{note}", highlight=False)
 
     def progress(step: int, total: int, loss: float) -> None:
         err.print(f"step {step}/{total}  loss {loss:.4f}", highlight=False)
 
-    settings = SFTSettings.build(steps=steps, lr=lr, batch_size=batch_size, lora_r=lora_r, lora_alpha=lora_alpha,
-                                 max_length=max_length, seed=seed, gguf_path=gguf)
     result = train_sft(data, out_dir, settings, progress=progress)
     if result.losses:
         err.print(f"loss {result.losses[0]:.4f} -> {result.losses[-1]:.4f}", highlight=False)

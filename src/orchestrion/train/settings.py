@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from .._errors import ConfigError
 
@@ -40,6 +40,12 @@ class _Settings(BaseModel):
     def record(self) -> dict[str, Any]:
         """JSON-ready values for a run record or train_log.json (a strategy object by its name)."""
         return dict(self.model_dump(mode="json"))
+
+    @field_validator("lora_alpha", check_fields=False)
+    @classmethod
+    def _alpha(cls, value: int, info: ValidationInfo) -> int:
+        """A LoRA alpha of 0 is twice the rank (the scale of a fresh adapter is then 2)."""
+        return value or 2 * int(info.data.get("lora_r", 8))
 
 
 class RolloutSettings(_Settings):
@@ -86,6 +92,8 @@ class SFTSettings(_Settings):
 class GRPOSettings(RolloutSettings):
     """GRPO on the orchestrator: the rollouts (inherited fields) and the update."""
 
+    group: int = Field(default=4, ge=2, description="episodes per task per step (G); GRPO compares them")
+
     engine: Literal["trl", "loop"] = Field(
         default="trl", description="trl: TRL's GRPOTrainer with an Orchestrion rollout_func (one sample per "
                                    "episode); loop: the hand-written loop (one sample per decision)")
@@ -104,7 +112,8 @@ class GRPOSettings(RolloutSettings):
     micro_batch: int = Field(default=2, ge=1, description="samples per forward pass")
     max_length: int = Field(default=2048, ge=16, description="longest sample (prompt + completion tokens) trained on")
     lora_r: int = Field(default=8, ge=1, description="LoRA rank of a fresh adapter")
-    lora_alpha: int = Field(default=16, ge=1, description="LoRA alpha of a fresh adapter")
+    lora_alpha: int = Field(default=0, ge=0, validate_default=True,
+                            description="LoRA alpha of a fresh adapter (0: twice lora_r)")
     gguf_path: Path | None = Field(default=None, description="base orchestrator GGUF (default: the embedded SmolLM2)")
     max_steps_now: int | None = Field(
         default=None, ge=1, description="stop after this many steps in this call (the rest on a rerun with the "
@@ -129,7 +138,8 @@ class OPODSettings(_Settings):
     max_decisions: int | None = Field(default=None, ge=1, description="judge at most this many decisions")
     max_length: int = Field(default=2048, ge=16, description="longest decision (prompt + output tokens) trained on")
     lora_r: int = Field(default=8, ge=1, description="LoRA rank of a fresh adapter")
-    lora_alpha: int = Field(default=16, ge=1, description="LoRA alpha of a fresh adapter")
+    lora_alpha: int = Field(default=0, ge=0, validate_default=True,
+                            description="LoRA alpha of a fresh adapter (0: twice lora_r)")
     seed: int = Field(default=0, description="seed of the LoRA init and of the student's samples")
     gguf_path: Path | None = Field(default=None, description="base orchestrator GGUF (default: the embedded SmolLM2)")
     max_steps_now: int | None = Field(
