@@ -47,6 +47,7 @@ import yaml
 from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
 from orchestrion.models.pool import PoolConfig
 from orchestrion.models.presets import LOCAL_MODELS, preset_config
+from orchestrion.status import RunStatus
 
 STUDENT, TEACHER = "smollm2-135m", "qwen2.5-coder-1.5b"
 SIZES: dict[str, dict[str, Any]] = {
@@ -115,7 +116,7 @@ class Bench:
                             options=OPTIONS if strategy == "para" else {}, budget=BUDGET, concurrency=1)
         run_id = self.state.get(key)
         if run_id is not None:
-            if self.store.runs_matching(run_id)[0]["status"] == "finished":
+            if self.store.runs_matching(run_id)[0].status == RunStatus.FINISHED:
                 return str(run_id)
             self.log(f"{key}: resuming run {run_id}")
             return (await run_eval(config, self.store, resume=run_id, pool=lambda: self.pool(row))).run_id

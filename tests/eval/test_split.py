@@ -45,7 +45,7 @@ async def test_an_eval_run_records_its_split_and_runs_only_that_side(tmp_path: P
         return Pool.from_models([ScriptedModel(lambda m, c: "0", name="m")])
 
     run = await run_eval(EvalConfig(dataset=f"{data}@test", strategies=["direct"]), store, pool=pool)
-    config = json.loads(store.runs_matching(run.run_id)[0]["config"])
+    config = store.runs_matching(run.run_id)[0].config_value()
     assert config["dataset"].endswith("@test")
     ran = {r["task_id"] for r in store.episodes(run_id=run.run_id)}
     assert ran and all(split_of(t) == "test" for t in ran)

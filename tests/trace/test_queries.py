@@ -24,11 +24,11 @@ def test_runs_are_created_read_and_updated(store: TraceStore) -> None:
     store.create_run("other", "eval", {}, created=3.0)
     store.set_run_status("run-a1", "finished")
     store.flush()
-    assert [r["id"] for r in store.runs_matching("run-a")] == ["run-a1", "run-a2"]
+    assert [r.id for r in store.runs_matching("run-a")] == ["run-a1", "run-a2"]
     (a1,) = store.runs_matching("run-a1")
-    assert a1["status"] == "finished" and json.loads(a1["config"]) == {"strategies": ["direct"]}
-    assert [r["id"] for r in store.runs()] == ["run-a1", "run-a2", "other"]
-    assert [r["id"] for r in store.runs(kind="eval", newest_first=True, limit=1)] == ["other"]
+    assert a1.status == "finished" and a1.config_value() == {"strategies": ["direct"]}
+    assert [r.id for r in store.runs()] == ["run-a1", "run-a2", "other"]
+    assert [r.id for r in store.runs(kind="eval", newest_first=True, limit=1)] == ["other"]
 
 
 def test_episodes_open_close_and_filter(store: TraceStore) -> None:

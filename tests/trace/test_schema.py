@@ -35,18 +35,18 @@ def test_a_file_from_before_versions_opens_and_reads_back(tmp_path: Path) -> Non
     try:
         assert _version(db) == _schema.current_version() == 1
         (run,) = store.runs_matching("run-v1")
-        assert run["kind"] == "eval" and json.loads(run["config"]) == {"strategy": "para"}
-        (ep,) = store.episodes(run_id=run["id"])
+        assert run.kind == "eval" and run.config_value() == {"strategy": "para"}
+        (ep,) = store.episodes(run_id=run.id)
         assert ep["finished"] == 1 and ep["status"] == "ok" and ep["answer"] == "Answer: 221844"
         assert store.episode(ep["id"][:8]) == ep
-        assert [e["id"] for e in store.counted_episodes(run["id"])] == [ep["id"]]
+        assert [e["id"] for e in store.counted_episodes(run.id)] == [ep["id"]]
         spans = store.spans(ep["id"])
         assert spans[0]["kind"] == "episode" and {"decision", "tool"} <= {s["kind"] for s in spans}
         decisions = store.decisions(ep["id"], span_attrs=True)
         assert [d["seq"] for d in decisions] == [1, 2] and all(d["valid"] for d in decisions)
         assert json.loads(decisions[0]["messages"])[0]["role"] in ("system", "user")
-        assert store.decision_counts(run["id"]) == {ep["id"]: (0, 2)}
-        assert store.span_label_counts(run["id"], ("tool", "agent"), "tool") == {ep["id"]: {"slow": 1}}
+        assert store.decision_counts(run.id) == {ep["id"]: (0, 2)}
+        assert store.span_label_counts(run.id, ("tool", "agent"), "tool") == {ep["id"]: {"slow": 1}}
     finally:
         store.close()
     assert not list(db.parent.glob("*.bak-*"))  # adopting today's tables needs no backup

@@ -83,14 +83,14 @@ def failed_strategies(summaries: Sequence[StrategySummary], planned: Sequence[st
 
 def resolve_run(store: TraceStore, run_id: str) -> str:
     """The full id of the run ``run_id`` names (an id or a unique prefix of one)."""
-    ids = sorted(r["id"] for r in store.runs_matching(run_id))
+    ids = sorted(r.id for r in store.runs_matching(run_id))
     if run_id in ids:
         return run_id
     if len(ids) > 1:
         raise ConfigError(f"run id prefix '{run_id}' matches {len(ids)} runs; give more characters")
     if not ids:
         recent = store.runs(kind="eval", newest_first=True, limit=3)
-        hint = ", ".join(r["id"] for r in recent)
+        hint = ", ".join(r.id for r in recent)
         more = f"recent eval runs: {hint}; " if hint else ""
         raise ConfigError(
             f"no run '{run_id}' in {store.path}; {more}"

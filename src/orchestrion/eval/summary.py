@@ -8,12 +8,12 @@ one to start counts. Scores come from the top level of the episode meta
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
 from rich.table import Table
 
 from .._errors import ConfigError
@@ -66,9 +66,7 @@ def run_info(store: TraceStore, run_id: str) -> dict[str, Any]:
         raise ConfigError(f"no run '{run_id}' in {store.path}; `orchestrion eval` prints the run id when it starts")
     if len(rows) > 1:
         raise ConfigError(f"run id prefix '{run_id}' matches {len(rows)} runs in {store.path}; give more characters")
-    row = rows[0]
-    row["config"] = orjson.loads(row["config"]) if row.get("config") else {}
-    return row
+    return {**dataclasses.asdict(rows[0]), "config": rows[0].config_value()}
 
 
 def counted_episodes(store: TraceStore, run_id: str) -> list[dict[str, Any]]:

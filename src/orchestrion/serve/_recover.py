@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from .._errors import RunLockedError
 from ..eval import run_lock
-from ..status import EpisodeStatus, RunStatus
+from ..status import RunStatus
 from ..trace.store import TraceStore
 
 
@@ -23,16 +23,16 @@ def recover_dead_runs(store: TraceStore) -> list[str]:
     """Mark the leftovers of dead serve processes ``interrupted``; returns their run ids."""
     recovered = []
     for run in store.runs(kind="serve"):
-        if run.get("status") != EpisodeStatus.RUNNING:
+        if run.status != RunStatus.RUNNING:
             continue
         try:
-            with run_lock(store.path, run["id"]):
-                store.mark_interrupted(run["id"])
-                store.set_run_status(run["id"], RunStatus.INTERRUPTED)
+            with run_lock(store.path, run.id):
+                store.mark_interrupted(run.id)
+                store.set_run_status(run.id, RunStatus.INTERRUPTED)
                 store.flush()
         except RunLockedError:
             continue  # a live server owns it
-        recovered.append(run["id"])
+        recovered.append(run.id)
     return recovered
 
 

@@ -79,10 +79,10 @@ def parse_correct(value: str | None) -> tuple[bool, bool | None]:
 def _runs(store: TraceStore) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for row in store.runs():
-        config = _dict(loads(row.get("config")))
+        config = _dict(loads(row.config))
         dataset = config.get("dataset")
-        out[row["id"]] = {"id": row["id"], "kind": row.get("kind"), "created": row.get("created"),
-                          "status": row.get("status"), "dataset": dataset if isinstance(dataset, str) else None}
+        out[row.id] = {"id": row.id, "kind": row.kind, "created": row.created, "status": row.status,
+                       "dataset": dataset if isinstance(dataset, str) else None}
     return out
 
 

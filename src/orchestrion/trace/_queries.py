@@ -22,6 +22,7 @@ from ..models.types import Usage
 from ..status import EpisodeStatus, RunStatus
 from ._json import dumps
 from .bus import EventType, TraceEvent
+from .rows import RunRow
 
 # An episode that counts in an eval run: finished (closing update committed), not interrupted, and
 # not an error that a later episode retried (``eval --resume --retry-errors``).
@@ -57,13 +58,13 @@ class TraceQueries:
     def set_run_status(self, run_id: str, status: RunStatus) -> None:
         self.submit("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
 
-    def runs_matching(self, id_or_prefix: str) -> list[dict[str, Any]]:
+    def runs_matching(self, id_or_prefix: str) -> list[RunRow]:
         """The runs whose id is ``id_or_prefix`` or starts with it (``config`` as stored), by id."""
-        return self.query("SELECT * FROM runs WHERE id = ? OR id LIKE ? ORDER BY id",
-                          (id_or_prefix, id_or_prefix + "%"))
+        return [RunRow.of(r) for r in self.query("SELECT * FROM runs WHERE id = ? OR id LIKE ? ORDER BY id",
+                                                 (id_or_prefix, id_or_prefix + "%"))]
 
     def runs(self, *, kind: str | None = None, newest_first: bool = False,
-             limit: int | None = None) -> list[dict[str, Any]]:
+             limit: int | None = None) -> list[RunRow]:
         """Runs (of one ``kind``, if given) by creation time."""
         sql = "SELECT * FROM runs"
         params: list[Any] = []
@@ -74,7 +75,7 @@ class TraceQueries:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        return self.query(sql, params)
+        return [RunRow.of(r) for r in self.query(sql, params)]
 
     def episode_run_ids(self, id_or_prefix: str) -> list[str]:
         """Distinct run ids of episodes whose run id is ``id_or_prefix`` or starts with it."""
