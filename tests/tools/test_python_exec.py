@@ -102,7 +102,9 @@ async def test_runs_in_a_throwaway_directory_that_is_removed() -> None:
     result = await run_sandboxed(code, timeout_s=3)
     assert result.exit_code == 0, result.stderr
     cwd, text = result.stdout.split("\n")[:2]
-    assert cwd == result.workdir and text == "kept here"
+    # the program ran in the throw-away folder, which its output names /sandbox (the same every call)
+    assert cwd == python_exec.SHOWN_WORKDIR and text == "kept here"
+    assert result.workdir.startswith(tempfile.gettempdir()) and "orchestrion-sbx-" in result.workdir
     assert not os.path.exists(result.workdir)
 
 
