@@ -188,7 +188,7 @@ def summary_table(summaries: list[StrategySummary], *, title: str = "") -> Table
     if code:
         for k in ks:
             table.add_column(f"pass@{k}", justify="right")
-    for name in ("grounding", "tokens in/out", "prompt reused", "cost", "wall total / mean", "invalid actions"):
+    for name in ("grounding", "tokens in/out", "reused", "cost", "wall total / mean", "invalid actions"):
         table.add_column(name, justify="right")
     table.add_column("models")
     table.add_column("tools")
