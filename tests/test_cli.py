@@ -157,7 +157,6 @@ def _one_line_error(res: subprocess.CompletedProcess[str], code: int = 2) -> str
 def _damaged_db(tmp_path: Path) -> Path:
     """A real trace database with an episode, then 16 KB of garbage written over its middle."""
     import os
-    import sqlite3
 
     from orchestrion import TraceStore
 
@@ -168,10 +167,7 @@ def _damaged_db(tmp_path: Path) -> Path:
         store.start_episode(f"e{i}", run_id="r1", task_id=f"t{i}", epoch=0, strategy="direct",
                             task={"prompt": "x" * 2000}, started=float(i), meta={})
     store.close()
-    conn = sqlite3.connect(db)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    size = db.stat().st_size
+    size = _checkpointed_size(db)
     with db.open("r+b") as fh:
         fh.seek(4096)  # page 2 on: the schema page stays, the tables' pages do not
         fh.write(os.urandom(min(16384, size - 4096)))
@@ -372,7 +368,6 @@ def _damaged_late_db(tmp_path: Path) -> Path:
     """40 episodes whose rows read fine, with the last quarter of the file (events of the later
     episodes) overwritten: an export gets some way, then fails."""
     import os
-    import sqlite3
 
     from orchestrion import TraceStore
 
@@ -387,10 +382,7 @@ def _damaged_late_db(tmp_path: Path) -> Path:
             store.submit("INSERT INTO events (episode_id, span_id, ts, kind, data) VALUES (?,?,?,?,?)",
                          (f"e{i:02d}", "s", float(i), "note", '"' + "y" * 1500 + '"'))
     store.close()
-    conn = sqlite3.connect(db)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
-    size = db.stat().st_size
+    size = _checkpointed_size(db)
     with db.open("r+b") as fh:
         fh.seek(size * 3 // 4)
         fh.write(os.urandom(size - size * 3 // 4))
@@ -509,3 +501,13 @@ def test_usage_errors_and_huge_numbers_are_one_line(tmp_path: Path, args: list[s
     res = subprocess.run([sys.executable, "-m", "orchestrion", *args], capture_output=True, text=True, timeout=60,
                          cwd=tmp_path, env={**os.environ, "ORCHESTRION_DB": str(tmp_path / "t.db")})
     assert needle in _one_line_error(res)
+
+
+def _checkpointed_size(db: Path) -> int:
+    """The database's size once its WAL is folded in, so damage written at an offset lands in it."""
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return db.stat().st_size

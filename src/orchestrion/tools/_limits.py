@@ -27,6 +27,7 @@ import os
 import secrets
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,8 +171,13 @@ def kill_members(limits: CallLimits) -> None:
     if limits.mode == "cgroup-v2":
         with contextlib.suppress(OSError):
             (limits.dirs[0] / "cgroup.kill").write_text("1")
+    kill_until_gone(lambda: members(limits))
+
+
+def kill_until_gone(processes: Callable[[], list[int]]) -> None:
+    """SIGKILL every pid ``processes()`` lists, again and again (about 1 s at most) until it lists none."""
     for _ in range(200):
-        if not (pids := members(limits)):
+        if not (pids := processes()):
             return
         for pid in pids:
             with contextlib.suppress(OSError):

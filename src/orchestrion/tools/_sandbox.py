@@ -29,17 +29,16 @@ does for root) and runs cannot touch each other.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
 import shutil
-import signal
 import stat
 import sys
-import time
 from pathlib import Path
 from typing import Any, Literal
+
+from ._limits import kill_until_gone
 
 Isolation = Literal["auto", "bwrap", "namespaces", "audit-hook"]
 BACKENDS: tuple[Isolation, ...] = ("bwrap", "namespaces")
@@ -184,13 +183,7 @@ def processes_of(uid: int) -> list[int]:
 
 def kill_uid(uid: int) -> None:
     """SIGKILL every process of a throw-away sandbox uid until none is left."""
-    for _ in range(200):
-        if not (pids := processes_of(uid)):
-            return
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.005)
+    kill_until_gone(lambda: processes_of(uid))
 
 
 def prepare_workdir(workdir: str, uid: int | None) -> None:
