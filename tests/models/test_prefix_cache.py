@@ -228,3 +228,13 @@ def test_prefix_cache_settings_from_the_environment(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("ORCHESTRION_PREFIX_CACHE_MB", "-1")
     with pytest.raises(ConfigError, match="ORCHESTRION_PREFIX_CACHE_MB must be at least 0"):
         max_bytes()
+
+
+def test_a_bad_disk_bound_is_refused_when_the_model_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestrion._errors import ConfigError
+    from orchestrion.models.llama_cpp import LlamaCppModel
+
+    monkeypatch.setenv("ORCHESTRION_PREFIX_CACHE_MB", "lots")
+    with pytest.raises(ConfigError, match="ORCHESTRION_PREFIX_CACHE_MB='lots' is not a whole number"):
+        LlamaCppModel("m")
+    assert LlamaCppModel("m", prefix_cache=False).prefix.pinning is False  # no disk, nothing to bound

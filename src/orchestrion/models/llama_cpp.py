@@ -34,7 +34,7 @@ import orjson
 
 from .._errors import ConfigError, ModelError, ModelNotFoundError
 from ._greedy import GrammarGreedy
-from ._kv_disk import prefix_cache_enabled
+from ._kv_disk import max_bytes, prefix_cache_enabled
 from ._prefix import PrefixReuse
 from ._threads import BUDGET, env_threads
 from .catalog import find_smollm2_gguf
@@ -100,8 +100,10 @@ class LlamaCppModel:
         self.price = price
         self.lora_path = lora_path
         # static prompt heads pinned in RAM and on disk (None: $ORCHESTRION_PREFIX_CACHE, default on)
-        self.prefix = PrefixReuse(name, state_cache, align=PROMPT_CHUNK,
-                                  pinning=prefix_cache_enabled() if prefix_cache is None else prefix_cache)
+        pinning = prefix_cache_enabled() if prefix_cache is None else prefix_cache
+        if pinning:
+            max_bytes()  # a bad $ORCHESTRION_PREFIX_CACHE_MB is a ConfigError now, not mid-episode
+        self.prefix = PrefixReuse(name, state_cache, align=PROMPT_CHUNK, pinning=pinning)
         self.states = self.prefix.states
         self.fast_grammar = FAST_GRAMMAR_GREEDY  # False: the sampler chain, as before (bench/prefix_cache.py)
         self._llm: Any = None
