@@ -226,14 +226,14 @@ def run_metrics(store: TraceStore, run_id: str) -> dict[str, float | None]:
         return {"accuracy": None, "valid": None, "orch_tokens": None, "orch_s": None, "wall_s": None,
                 "cost": None, "units": None, "n": 0.0}
     summary = summaries[0]
-    episodes = [e for e in store.episodes(run_id=run_id) if e["finished"]]
-    ids = [e["id"] for e in episodes]
+    episodes = [e for e in store.episodes(run_id=run_id) if e.finished]
+    ids = [e.id for e in episodes]
     valid = store.decision_validity(ids)
     tokens = seconds = 0.0
     for eid in ids:
         for span in store.spans(eid, kinds=("decision",), attrs=False):
-            tokens += span["input_tokens"] + span["output_tokens"]
-            seconds += (span["ended"] or span["started"]) - span["started"]
+            tokens += span.input_tokens + span.output_tokens
+            seconds += (span.ended or span.started) - span.started
     n = max(1, len(ids))
     return {"accuracy": summary.accuracy, "valid": sum(valid) / len(valid) if valid else None,
             "orch_tokens": tokens / n, "orch_s": seconds / n, "wall_s": summary.mean_wall_s,

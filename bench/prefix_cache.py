@@ -81,11 +81,11 @@ def run_episode(task: str, env: dict[str, str], db: Path) -> dict[str, Any]:
     first: int | None = None
     threads: set[int] = set()
     for span in calls:
-        attrs = orjson.loads(span["attrs"] or "{}")
+        attrs = orjson.loads(span.attrs or "{}")
         r = roles[role(attrs.get("purpose", ""))]
         r["evaluated"] += attrs.get("prompt_evaluated", 0)
         r["reused"] += attrs.get("prompt_reused", 0)
-        r["seconds"] += (span["ended"] or span["started"]) - span["started"]
+        r["seconds"] += (span.ended or span.started) - span.started
         r["calls"] += 1
         if attrs.get("threads"):
             threads.add(int(attrs["threads"]))

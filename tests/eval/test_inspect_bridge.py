@@ -87,10 +87,10 @@ def test_inspect_eval_scores_follow_the_scripted_answers(offline: list[Any], sto
         assert sample.output.usage is not None
         assert sample.output.usage.input_tokens == record["input_tokens"] > 0
         row = store.episode(record["trace_id"])
-        assert row is not None and row["finished"] == 1 and row["run_id"] == "inspect-run"
-        assert row["answer"] == sample.output.completion and row["input_tokens"] == record["input_tokens"]
-        assert row["task_id"] == sample.id and row["epoch"] == sample.epoch - 1
-        task_json = orjson.loads(row["task"])
+        assert row is not None and row.finished == 1 and row.run_id == "inspect-run"
+        assert row.answer == sample.output.completion and row.input_tokens == record["input_tokens"]
+        assert row.task_id == sample.id and row.epoch == sample.epoch - 1
+        task_json = orjson.loads(row.task)
         assert task_json["prompt"] == sample.input and task_json["answer"] == sample.target
     assert len(store.query("SELECT id FROM episodes WHERE run_id = 'inspect-run'")) == 4
     check_model_events_and_params(log, store)
@@ -113,12 +113,12 @@ def check_model_events_and_params(log: Any, store: TraceStore) -> None:
         assert len(events) == len(calls) >= 1
         for event, call in zip(events, calls):
             assert event.model == "orchestrion/calc" and event.output.usage is not None
-            assert event.output.usage.input_tokens == call["input_tokens"] > 0
-            assert event.output.usage.output_tokens == call["output_tokens"] > 0
+            assert event.output.usage.input_tokens == call.input_tokens > 0
+            assert event.output.usage.output_tokens == call.output_tokens > 0
             assert event.output.completion == sample.output.completion  # direct: one call, its text is the answer
             assert event.input and sample.input in event.input[-1].text
             assert event.completed is not None and event.completed >= event.timestamp
-            assert event.metadata is not None and event.metadata["orchestrion_span_id"] == call["id"]
+            assert event.metadata is not None and event.metadata["orchestrion_span_id"] == call.id
         infos = [e for e in sample.events if isinstance(e, InfoEvent) and e.source == "orchestrion"]
         assert [i.data["orchestrion_trace_id"] for i in infos] == [trace_id]  # type: ignore[index]
         usage = sample.model_usage["orchestrion/calc"]

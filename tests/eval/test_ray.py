@@ -53,9 +53,9 @@ def records(store: TraceStore, run_id: str) -> dict[tuple[str, str, int], dict[s
         out[(ep["task_id"], ep["strategy"], ep["epoch"])] = {
             "status": ep["status"], "answer": ep["answer"], "score": meta["score"], "meta": meta,
             "tokens": (ep["input_tokens"], ep["output_tokens"]),
-            "spans": sorted((s["kind"], s["name"], s["status"], s["input_tokens"]) for s in spans),
-            "root_parent": [s["parent_id"] for s in spans if s["kind"] == "episode"],
-            "parents_known": all(s["parent_id"] in {x["id"] for x in spans} for s in spans if s["kind"] != "episode"),
+            "spans": sorted((s.kind, s.name, s.status, s.input_tokens) for s in spans),
+            "root_parent": [s.parent_id for s in spans if s.kind == "episode"],
+            "parents_known": all(s.parent_id in {x.id for x in spans} for s in spans if s.kind != "episode"),
             "events": len(store.events(ep["id"])),
             "decisions": len(store.decisions(ep["id"])),
         }

@@ -159,8 +159,8 @@ async def test_solve_merges_scorer_fields_in_the_closing_update(store: TraceStor
                       scorer=scorer, run_id="r", epoch=3)
     assert seen == [("q", "42")]
     row = store.episode(res.trace_id)
-    assert row is not None and row["finished"] == 1 and (row["run_id"], row["task_id"], row["epoch"]) == ("r", "t1", 3)
-    meta = json.loads(row["meta"])
+    assert row is not None and row.finished == 1 and (row.run_id, row.task_id, row.epoch) == ("r", "t1", 3)
+    meta = json.loads(row.meta)
     assert (meta["score"], meta["correct"], meta["extracted"]) == (1.0, True, "42")
     assert meta["result"] == {"model": "scripted"} and "pool" in meta  # what was there is kept
 
@@ -171,7 +171,7 @@ async def test_failing_scorer_scores_zero_and_says_why(store: TraceStore) -> Non
 
     res = await solve("q", strategy="direct", pool=Pool.from_models([ScriptedModel(["x"])]), tools=ToolRegistry([]),
                       store=store, scorer=scorer)
-    meta = json.loads(store.episode(res.trace_id)["meta"])  # type: ignore[index]
+    meta = json.loads(store.episode(res.trace_id).meta)  # type: ignore[union-attr]
     assert meta["score"] == 0.0 and meta["correct"] is False and "grader broke" in meta["score_error"]
     assert res.status == "ok"
 

@@ -47,6 +47,6 @@ async def test_an_eval_run_records_its_split_and_runs_only_that_side(tmp_path: P
     run = await run_eval(EvalConfig(dataset=f"{data}@test", strategies=["direct"]), store, pool=pool)
     config = store.runs_matching(run.run_id)[0].config_value()
     assert config["dataset"].endswith("@test")
-    ran = {r["task_id"] for r in store.episodes(run_id=run.run_id)}
+    ran = {r.task_id for r in store.episodes(run_id=run.run_id)}
     assert ran and all(split_of(t) == "test" for t in ran)
     assert ran == {f"q{i}" for i in range(40) if split_of(f"q{i}") == "test"}

@@ -77,22 +77,22 @@ async def test_grammar_constrained_decision_is_valid_and_recorded(pool: Pool, st
     # repaired; every attempt is recorded and the last one is the valid decision
     assert len(rows) == len(decision.attempts) >= 1
     row = rows[-1]
-    assert row["valid"] == 1
-    token_ids = json.loads(row["token_ids"])
-    logprobs = json.loads(row["logprobs"])
+    assert row.valid == 1
+    token_ids = json.loads(row.token_ids)
+    logprobs = json.loads(row.logprobs)
     assert len(token_ids) == len(logprobs) > 0
     assert all(lp <= 0 for lp in logprobs)
-    assert len(json.loads(row["prompt_token_ids"])) > 10
+    assert len(json.loads(row.prompt_token_ids)) > 10
     # the recorded ids decode to exactly the recorded output: no re-tokenization needed
     llm = pool.get(EMBEDDED_NAME)._llm  # type: ignore[attr-defined]
-    assert llm.detokenize(token_ids).decode("utf-8", errors="ignore") == row["output"]
+    assert llm.detokenize(token_ids).decode("utf-8", errors="ignore") == row.output
 
 
 async def test_direct_on_real_model(pool: Pool, store: TraceStore) -> None:
     res = await solve("Name a colour.", strategy="direct", pool=pool, store=store, options={"max_tokens": 24})
     assert res.status == "ok" and res.answer
     assert 0 < res.usage.output_tokens <= 24
-    assert store.episode(res.trace_id)["finished"] == 1  # type: ignore[index]
+    assert store.episode(res.trace_id).finished == 1  # type: ignore[union-attr]
 
 
 async def test_subagent_on_real_model_ends(pool: Pool, store: TraceStore) -> None:
@@ -110,4 +110,4 @@ async def test_para_with_tight_budget_records_status(pool: Pool, store: TraceSto
     res = await solve("What is 7+8?", strategy="para", pool=pool, store=store, budget=Budget(tokens=600))
     assert res.status in ("ok", "budget_exceeded")
     ep = store.episode(res.trace_id)
-    assert ep is not None and ep["finished"] == 1 and ep["status"] == res.status
+    assert ep is not None and ep.finished == 1 and ep.status == res.status

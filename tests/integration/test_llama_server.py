@@ -46,7 +46,7 @@ async def test_para_through_a_real_llama_cpp_server(tmp_path: Path, store: Trace
     assert "POST /v1/chat/completions" in log  # the calls really went over HTTP
     store.flush()
     ep = store.episode(res.trace_id)
-    assert ep is not None and ep["finished"] == 1 and ep["status"] == res.status
+    assert ep is not None and ep.finished == 1 and ep.status == res.status
     assert res.status and res.status != "running"
     assert res.status != "ok" or res.answer
     assert len(store.decisions(res.trace_id)) >= 1

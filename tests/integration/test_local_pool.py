@@ -36,13 +36,13 @@ async def test_para_on_the_local_pool_answers_from_a_tool_result(local_pool: Poo
     store.flush()
     spans = store.spans(res.trace_id)
     results = [
-        json.loads(s["attrs"]).get("output", "")
+        json.loads(s.attrs).get("output", "")
         for s in spans
-        if s["kind"] in ("tool", "agent") and s["status"] == "ok"
+        if s.kind in ("tool", "agent") and s.status == "ok"
     ]
     assert any(r.strip() == "156" for r in results), results  # the orchestrator delegated the product
     assert res.answer.strip().splitlines()[-1].endswith("156"), res.answer
-    decisions = [s for s in spans if s["kind"] == "call"]
-    assert {json.loads(s["attrs"]).get("purpose") for s in decisions} >= {"round 1", "synthesis"}
+    decisions = [s for s in spans if s.kind == "call"]
+    assert {json.loads(s.attrs).get("purpose") for s in decisions} >= {"round 1", "synthesis"}
     # decisions and synthesis both ran on the orchestrator model the local preset names
-    assert all(s["name"] == local_pool.orchestrator for s in decisions)
+    assert all(s.name == local_pool.orchestrator for s in decisions)

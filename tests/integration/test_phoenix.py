@@ -106,14 +106,14 @@ def test_a_para_episode_reaches_phoenix_with_its_structure_and_tokens(phoenix: s
 
     by_id = {s["context"]["span_id"]: s for s in spans}
     by_orch = {s["attributes"]["orchestrion.span_id"]: s for s in spans}
-    assert set(by_orch) == {r["id"] for r in rows}
+    assert set(by_orch) == {r.id for r in rows}
     for row in rows:  # each Phoenix span's parent is the span made from the stored parent
-        span = by_orch[row["id"]]
+        span = by_orch[row.id]
         assert span["context"]["trace_id"] == trace_id
-        if row["parent_id"] is None:
+        if row.parent_id is None:
             assert span["parent_id"] is None
         else:
-            assert span["parent_id"] == by_orch[row["parent_id"]]["context"]["span_id"]
+            assert span["parent_id"] == by_orch[row.parent_id]["context"]["span_id"]
     [root] = [s for s in spans if s["parent_id"] is None]
     assert root["name"] == "invoke_workflow para" and root["status_code"] == "OK"
     assert root["attributes"]["orchestrion.cost_usd"] == pytest.approx(result["cost"])

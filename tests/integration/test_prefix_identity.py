@@ -33,9 +33,9 @@ async def _episodes(prefix_cache: bool, store: TraceStore) -> list[dict[str, Any
                 res = await solve(task, strategy=strategy, pool=pool, store=store,
                                   options={"max_rounds": 2, "max_tokens": 48} if strategy == "para"
                                   else {"max_tokens": 48})
-                decisions = [(d["output"], d["token_ids"]) for d in store.decisions(res.trace_id)]
+                decisions = [(d.output, d.token_ids) for d in store.decisions(res.trace_id)]
                 calls = store.spans(res.trace_id, kinds=["call"])
-                attrs = [orjson.loads(s["attrs"] or "{}") for s in calls]
+                attrs = [orjson.loads(s.attrs or "{}") for s in calls]
                 out.append({"answer": res.answer, "decisions": decisions,
                             "outputs": Counter(a.get("output") for a in attrs),
                             "reused": sum(a.get("prompt_reused", 0) for a in attrs)})

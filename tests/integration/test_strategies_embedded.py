@@ -32,7 +32,7 @@ async def test_strategy_on_real_model(name: str, shared_model: LlamaCppModel, st
     assert res.status in RECORDED, res.error
     assert res.status != "ok" or res.answer.strip()
     ep = store.episode(res.trace_id)
-    assert ep is not None and ep["finished"] == 1 and ep["status"] == res.status and ep["strategy"] == name
+    assert ep is not None and ep.finished == 1 and ep.status == res.status and ep.strategy == name
     spans = store.spans(res.trace_id)
-    assert spans and all(s["ended"] is not None for s in spans)
-    assert any(s["kind"] == "call" for s in spans)
+    assert spans and all(s.ended is not None for s in spans)
+    assert any(s.kind == "call" for s in spans)

@@ -31,7 +31,7 @@ async def test_missing_model_file_in_pool_is_a_recorded_status(tmp_path: Path, s
     pool_file.write_text(f"models:\n  - {{name: local, backend: llama-cpp, path: '{tmp_path / 'gone.gguf'}'}}\n")
     res = await solve("hi", strategy="direct", pool=Pool.from_yaml(pool_file), store=store)
     assert res.status == "error" and "gone.gguf" in (res.error or "")
-    assert store.episode(res.trace_id)["finished"] == 1  # type: ignore[index]
+    assert store.episode(res.trace_id).finished == 1  # type: ignore[union-attr]
 
 
 def test_thread_setting(monkeypatch: pytest.MonkeyPatch) -> None:

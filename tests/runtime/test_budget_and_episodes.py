@@ -61,7 +61,7 @@ async def test_token_budget_caps_generation_and_stops(store: TraceStore) -> None
     assert seen[0] == 384  # the orchestrator's own cap, below the remaining budget
     assert seen[-1] < 400 - 100  # later calls were capped to what was left
     ep = store.episode(res.trace_id)
-    assert ep is not None and ep["finished"] == 1 and ep["input_tokens"] + ep["output_tokens"] >= 400
+    assert ep is not None and ep.finished == 1 and ep.input_tokens + ep.output_tokens >= 400
 
 
 async def test_unreachable_model_is_a_recorded_status(store: TraceStore) -> None:
@@ -70,9 +70,9 @@ async def test_unreachable_model_is_a_recorded_status(store: TraceStore) -> None
     res = await solve("q", strategy="direct", pool=Pool.from_models([m]), tools=ToolRegistry([]), store=store)
     assert res.status == "error" and "unreachable" in (res.error or "")
     ep = store.episode(res.trace_id)
-    assert ep is not None and ep["finished"] == 1 and ep["status"] == "error"
-    calls = [s for s in store.spans(res.trace_id) if s["kind"] == "call"]
-    assert calls[0]["status"] == "error"
+    assert ep is not None and ep.finished == 1 and ep.status == "error"
+    calls = [s for s in store.spans(res.trace_id) if s.kind == "call"]
+    assert calls[0].status == "error"
 
 
 async def test_cancelled_episode_is_recorded_and_finished(store: TraceStore) -> None:

@@ -18,7 +18,7 @@ async def test_repair_that_overflows_the_context_keeps_the_record(store: TraceSt
     assert not decision.valid
     assert "repair abandoned" in (decision.error or "") and "exceeds the context" in (decision.error or "")
     store.flush()
-    assert [d["valid"] for d in store.decisions("ep")] == [0]
+    assert [d.valid for d in store.decisions("ep")] == [0]
 
 
 async def test_first_attempt_model_error_propagates(store: TraceStore) -> None:

@@ -30,9 +30,9 @@ async def test_independent_overlap_dependent_waits_and_gets_context(store: Trace
     assert res["c"].status == "ok"
     assert "[a] did A" in res["c"].value.output and "[b] did B" in res["c"].value.output
     store.flush()
-    nodes = [s for s in store.spans("ep") if s["kind"] == "node"]
-    assert {n["name"] for n in nodes} == {"a", "b", "c"}
-    assert '"deps":["a","b"]' in next(n["attrs"] for n in nodes if n["name"] == "c")
+    nodes = [s for s in store.spans("ep") if s.kind == "node"]
+    assert {n.name for n in nodes} == {"a", "b", "c"}
+    assert '"deps":["a","b"]' in next(n.attrs for n in nodes if n.name == "c")
     lines = results_text(plan, res)
     assert lines[0].startswith("[a] A (ok): did A")
 

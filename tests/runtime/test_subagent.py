@@ -36,7 +36,7 @@ async def test_asks_for_missing_tool_gets_it_and_continues_with_history(store: T
     assert "x is a letter" in last_prompt[0]["content"]
     assert any("Revision from the orchestrator" in m["content"] for m in last_prompt)
     store.flush()
-    kinds = [e["kind"] for e in store.events("ep")]
+    kinds = [e.kind for e in store.events("ep")]
     assert kinds.count("subagent_message") == 2 and "revision" in kinds
 
 
@@ -70,7 +70,7 @@ async def test_invalid_actions_do_not_crash(store: TraceStore) -> None:
     report = await agent.run()
     assert report.kind == "exhausted"
     store.flush()
-    assert all(d["valid"] == 0 for d in store.decisions("ep"))
+    assert all(d.valid == 0 for d in store.decisions("ep"))
 
 
 async def test_long_history_is_windowed_for_the_model_but_kept_whole(store: TraceStore) -> None:

@@ -63,8 +63,8 @@ async def test_para_synthesis_sees_labelled_results_and_its_citation_is_grounded
     assert res.status == "ok" and res.answer == "Answer: 221844"
     assert "[R1] slow <- 'x' -> status=OK 221844" in prompts[0]
     assert all(c.temperature == 0.0 for c in configs)  # decisions and synthesis are greedy by default
-    answer_spans = [s for s in store.spans(res.trace_id) if s["kind"] == "answer"]
-    assert answer_spans and json.loads(answer_spans[0]["attrs"])["cited"] == ["R1"]
+    answer_spans = [s for s in store.spans(res.trace_id) if s.kind == "answer"]
+    assert answer_spans and json.loads(answer_spans[0].attrs)["cited"] == ["R1"]
 
 
 async def test_role_temperatures_come_from_options_then_the_pool(store: TraceStore) -> None:

@@ -103,7 +103,7 @@ def test_live_servers_runs_are_left_alone_and_dead_ones_are_interrupted(tmp_path
         store.flush()
         with serving(direct_pool(), store):  # a second server on the same database, while the first lives
             pass
-        assert store.episode("live-ep")["status"] == "running"  # type: ignore[index]
+        assert store.episode("live-ep").status == "running"  # type: ignore[union-attr]
     status = {r["id"]: r["status"] for r in store.query("SELECT id, status FROM episodes")}
     assert status == {"dead-run-ep": "interrupted", "stopped-run-ep": "running", "live-ep": "running"}
     runs = {r["id"]: r["status"] for r in store.query("SELECT id, status FROM runs")}

@@ -118,15 +118,15 @@ def test_sync_client_answer_usage_and_trace_header(store: TraceStore) -> None:
     assert done.choices[0].message.role == "assistant" and done.choices[0].message.content == "5"
     assert done.choices[0].finish_reason == "stop"
     ep = store.episode(trace_id)
-    assert ep is not None and ep["finished"] == 1 and ep["status"] == "ok" and ep["strategy"] == "para"
-    assert ep["answer"] == "5" and ep["task_id"] == done.id and json.loads(ep["task"])["prompt"] == "What is 2+3?"
-    assert done.usage is not None and done.usage.prompt_tokens == ep["input_tokens"] > 0
-    assert done.usage.completion_tokens == ep["output_tokens"] > 0
-    assert done.usage.total_tokens == ep["input_tokens"] + ep["output_tokens"]
+    assert ep is not None and ep.finished == 1 and ep.status == "ok" and ep.strategy == "para"
+    assert ep.answer == "5" and ep.task_id == done.id and json.loads(ep.task)["prompt"] == "What is 2+3?"
+    assert done.usage is not None and done.usage.prompt_tokens == ep.input_tokens > 0
+    assert done.usage.completion_tokens == ep.output_tokens > 0
+    assert done.usage.total_tokens == ep.input_tokens + ep.output_tokens
     assert ext(done)["trace_id"] == trace_id and ext(done)["status"] == "ok"
     # one runs row per server process, closed when the server stopped
     assert store.query("SELECT kind, status FROM runs WHERE id = ?",
-                       (ep["run_id"],)) == [{"kind": "serve", "status": "stopped"}]
+                       (ep.run_id,)) == [{"kind": "serve", "status": "stopped"}]
 
 
 async def test_async_client_streamed_and_not(store: TraceStore) -> None:
@@ -170,9 +170,9 @@ def test_stream_sends_progress_as_it_happens_then_the_answer(store: TraceStore) 
     assert len(final) == 1 and final[0].choices[0].finish_reason == "stop"
     assert ext(final[0])["trace_id"] == trace_id and ext(final[0])["status"] == "ok"
     ep = store.episode(trace_id)
-    assert ep is not None and ep["status"] == "ok" and ep["finished"] == 1
+    assert ep is not None and ep.status == "ok" and ep.finished == 1
     assert chunks[-1].choices == [] and chunks[-1].usage is not None
-    assert chunks[-1].usage.total_tokens == ep["input_tokens"] + ep["output_tokens"] > 0
+    assert chunks[-1].usage.total_tokens == ep.input_tokens + ep.output_tokens > 0
 
 
 def test_raw_stream_is_sse_with_trace_header_and_done(store: TraceStore) -> None:
@@ -224,7 +224,7 @@ def test_the_episode_budget_is_its_own_field_and_a_stop_on_it_is_length(store: T
     assert "tokens" in ext(done)["error"]
     assert done.usage is not None and done.usage.total_tokens > 5
     ep = store.episode(raw.headers["x-orchestrion-trace-id"])
-    assert ep is not None and json.loads(ep["meta"])["budget"]["tokens"] == 5 and ep["status"] == "budget_exceeded"
+    assert ep is not None and json.loads(ep.meta)["budget"]["tokens"] == 5 and ep.status == "budget_exceeded"
 
 
 def test_token_cap_and_orchestrion_options_and_budget(store: TraceStore) -> None:
@@ -251,7 +251,7 @@ def test_token_cap_and_orchestrion_options_and_budget(store: TraceStore) -> None
     assert over.value.status_code == 400 and "cap of 500" in over.value.message
     assert over.value.code == "max_tokens_over_cap" and over_extra.value.code == "max_tokens_over_cap"
     assert "bogus" in bogus.value.message
-    meta = {h: json.loads((store.episode(r.headers["x-orchestrion-trace-id"]) or {})["meta"])
+    meta = {h: json.loads(store.episode(r.headers["x-orchestrion-trace-id"]).meta)  # type: ignore[union-attr]
             for h, r in (("plain", plain), ("tuned", tuned))}
     assert meta["plain"]["budget"]["tokens"] == 500  # no limit asked: the cap
     assert meta["tuned"]["budget"]["tokens"] == 300 and meta["tuned"]["budget"]["wall_s"] == 30
@@ -476,13 +476,13 @@ def test_serve_on_the_embedded_model(tmp_path: Path) -> None:
     store = TraceStore(db)
     pieces = [ch.choices[0].delta.content for ch in streamed if ch.choices and ch.choices[0].delta.content]
     streamed_ep = store.episode(ext(streamed[0])["trace_id"])
-    assert streamed_ep is not None and streamed_ep["finished"] == 1
-    assert streamed_ep["status"] != "ok" or (len(pieces) > 1 and "".join(pieces) == streamed_ep["answer"])
+    assert streamed_ep is not None and streamed_ep.finished == 1
+    assert streamed_ep.status != "ok" or (len(pieces) > 1 and "".join(pieces) == streamed_ep.answer)
     assert isinstance(json.loads(as_json.choices[0].message.content or ""), dict)
     for raw in (direct, para):
         done, status = raw.parse(), raw.headers["x-orchestrion-status"]
         ep = store.episode(raw.headers["x-orchestrion-trace-id"])
-        assert ep is not None and ep["finished"] == 1 and ep["status"] == status
+        assert ep is not None and ep.finished == 1 and ep.status == status
         assert status in ("ok", "budget_exceeded", "error")
         assert status != "ok" or (done.choices[0].message.content or "").strip()
         assert done.usage is not None and done.usage.prompt_tokens > 0

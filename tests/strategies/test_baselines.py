@@ -165,7 +165,7 @@ async def test_self_refine_budget_stop_keeps_the_latest_draft(store: TraceStore)
     res = await solve("q", strategy="self-refine", pool=Pool.from_models([model]), tools=ToolRegistry([]),
                       store=store, budget=Budget(steps=3))
     assert res.status == "budget_exceeded" and res.answer == "16" and res.meta["refinements"] == 1
-    assert store.episode(res.trace_id)["finished"] == 1  # type: ignore[index]
+    assert store.episode(res.trace_id).finished == 1  # type: ignore[union-attr]
 
 
 # -- react ------------------------------------------------------------------------------
@@ -206,7 +206,7 @@ async def test_react_uses_tools_and_finishes(store: TraceStore) -> None:
     system = model.calls[0][0]["content"]
     assert "What is x?" in system and "lookup(" in system and "echo(" in system   # the task, and every tool
     assert "Result of lookup: status=OK x = 5" in model.calls[1][-1]["content"]
-    kinds = [s["kind"] for s in store.spans(res.trace_id)]
+    kinds = [s.kind for s in store.spans(res.trace_id)]
     assert "subagent" in kinds and "tool" in kinds
 
 

@@ -67,10 +67,10 @@ async def test_independent_nodes_overlap_and_dependent_waits(store: TraceStore) 
     (m,) = res.meta["milestones"]
     assert m["planned"] == ["a", "b", "c"] and m["executed_ok"] == ["a", "b", "c"] and m["completeness"] == 1.0
     assert res.meta["stop"] == "done" and res.meta["done"] is True
-    events = [e for e in store.events(res.trace_id) if e["kind"] == "milestone"]
-    assert len(events) == 1 and json.loads(events[0]["data"])["planned"] == ["a", "b", "c"]
-    nodes = [s for s in store.spans(res.trace_id) if s["kind"] == "node"]
-    assert {n["name"] for n in nodes} == {"a", "b", "c"}
+    events = [e for e in store.events(res.trace_id) if e.kind == "milestone"]
+    assert len(events) == 1 and json.loads(events[0].data)["planned"] == ["a", "b", "c"]
+    nodes = [s for s in store.spans(res.trace_id) if s.kind == "node"]
+    assert {n.name for n in nodes} == {"a", "b", "c"}
 
 
 async def test_serial_variant_never_overlaps(store: TraceStore) -> None:
@@ -107,7 +107,7 @@ async def test_invalid_plan_is_fed_back_and_repaired(store: TraceStore) -> None:
     assert "cycle" in m["plan_errors"][0]
     assert "cannot be run" in seen["plan"][1] and "cycle" in seen["plan"][1]
     assert m["executed_ok"] == ["a", "b"]
-    kinds = [e["kind"] for e in store.events(res.trace_id)]
+    kinds = [e.kind for e in store.events(res.trace_id)]
     assert "plan_rejected" in kinds and "plan_fallback" not in kinds
 
 
@@ -129,7 +129,7 @@ async def test_schema_invalid_output_is_repaired_and_counted(store: TraceStore) 
     res = await run(store, model, Slow(0.0))
     (m,) = res.meta["milestones"]
     assert m["executed_ok"] == ["a"] and res.meta["invalid_decisions"] == 1
-    assert [d["valid"] for d in store.decisions(res.trace_id)][:3] == [1, 0, 1]
+    assert [d.valid for d in store.decisions(res.trace_id)][:3] == [1, 0, 1]
 
 
 async def test_milestones_are_bounded_and_repeats_stop(store: TraceStore) -> None:
@@ -160,5 +160,5 @@ async def test_embedded_model_run_ends_with_a_finished_trace(store: TraceStore) 
     assert res.status in ("ok", "budget_exceeded", "error")
     assert res.status != "ok" or (res.answer and len(res.meta["milestones"]) == 1)
     episode = store.episode(res.trace_id)
-    assert episode is not None and episode["finished"] == 1
+    assert episode is not None and episode.finished == 1
     assert store.decisions(res.trace_id)  # the milestone and plan decisions were recorded

@@ -28,9 +28,9 @@ async def test_calls_of_one_round_overlap_in_time(store: TraceStore) -> None:
     assert res.status == "ok" and res.answer == "answer: 4"
     assert len(slow.spans) == 4 and overlapping(slow.spans)
     # the trace shows the same overlap
-    tools = [s for s in store.spans(res.trace_id) if s["kind"] == "tool"]
+    tools = [s for s in store.spans(res.trace_id) if s.kind == "tool"]
     assert len(tools) == 4
-    assert max(t["started"] for t in tools) < min(t["ended"] for t in tools)
+    assert max(t.started for t in tools) < min(t.ended for t in tools)
 
 
 async def test_serial_variant_does_not_overlap(store: TraceStore) -> None:
@@ -70,7 +70,7 @@ async def test_failures_become_statuses_fed_back(store: TraceStore) -> None:
     assert "status=EXEC_ERROR" in second_prompt and "disk on fire" in second_prompt
     assert "status=NOT_FOUND" in second_prompt
     assert "status=INVALID_ARGS" in second_prompt
-    statuses = sorted(s["status"] for s in store.spans(res.trace_id) if s["kind"] == "tool")
+    statuses = sorted(s.status for s in store.spans(res.trace_id) if s.kind == "tool")
     assert statuses == ["exec_error", "invalid_args", "not_found"]
 
 
@@ -78,9 +78,9 @@ async def test_invalid_action_is_recorded_and_repaired(store: TraceStore) -> Non
     orch = ScriptedModel(["I think we should add", '{"calls": "nope"}', action([], True), "ok"], name="orch")
     res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([]), store=store)
     decisions = store.decisions(res.trace_id)
-    assert [d["valid"] for d in decisions] == [0, 0, 1]
-    assert "no JSON" in decisions[0]["error"]
-    assert "calls" in decisions[1]["error"]
+    assert [d.valid for d in decisions] == [0, 0, 1]
+    assert "no JSON" in decisions[0].error
+    assert "calls" in decisions[1].error
     # the repair prompt quoted the validation error
     assert "not a valid action" in orch.calls[1][-1]["content"]
     assert res.status == "ok"
@@ -93,11 +93,11 @@ async def test_agent_calls_use_the_chosen_model_and_cost_rolls_up(store: TraceSt
     res = await solve("q", strategy="para", pool=Pool.from_models([orch, big]), tools=ToolRegistry(agent_tools()),
                       store=store)
     assert len(big.calls) == 1
-    calls = [s for s in store.spans(res.trace_id) if s["kind"] == "call"]
-    total = sum(c["cost_usd"] for c in calls)
+    calls = [s for s in store.spans(res.trace_id) if s.kind == "call"]
+    total = sum(c.cost_usd for c in calls)
     assert res.cost_usd == pytest.approx(total) and total > 0
     ep = store.episode(res.trace_id)
-    assert ep is not None and ep["finished"] == 1 and ep["cost_usd"] == pytest.approx(total)
+    assert ep is not None and ep.finished == 1 and ep.cost_usd == pytest.approx(total)
 
 
 async def test_budget_stop_keeps_the_trace(store: TraceStore) -> None:
@@ -108,8 +108,8 @@ async def test_budget_stop_keeps_the_trace(store: TraceStore) -> None:
     assert res.status == "budget_exceeded"
     assert "steps" in (res.error or "")
     ep = store.episode(res.trace_id)
-    assert ep is not None and ep["finished"] == 1 and ep["status"] == "budget_exceeded"
-    assert len([s for s in store.spans(res.trace_id) if s["kind"] == "tool"]) >= 1
+    assert ep is not None and ep.finished == 1 and ep.status == "budget_exceeded"
+    assert len([s for s in store.spans(res.trace_id) if s.kind == "tool"]) >= 1
 
 
 async def test_wall_budget_stops_a_hanging_model(store: TraceStore) -> None:
@@ -117,7 +117,7 @@ async def test_wall_budget_stops_a_hanging_model(store: TraceStore) -> None:
     res = await solve("q", strategy="direct", pool=Pool.from_models([orch]), tools=ToolRegistry([]), store=store,
                       budget=Budget(wall_s=0.2))
     assert res.status == "budget_exceeded" and res.wall_s < 5
-    assert store.episode(res.trace_id)["finished"] == 1  # type: ignore[index]
+    assert store.episode(res.trace_id).finished == 1  # type: ignore[union-attr]
 
 
 async def test_calls_sent_with_final_run_then_stop(store: TraceStore) -> None:
@@ -132,7 +132,7 @@ async def test_calls_sent_with_final_run_then_stop(store: TraceStore) -> None:
 async def test_answer_meta_is_stored_with_the_episode(store: TraceStore) -> None:
     orch = ScriptedModel([action([], True), "syn"], name="orch")
     res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([]), store=store)
-    meta = json.loads(store.episode(res.trace_id)["meta"])  # type: ignore[index]
+    meta = json.loads(store.episode(res.trace_id).meta)  # type: ignore[union-attr]
     assert meta["result"] == {"rounds": 1, "calls": 0, "invalid_decisions": 0}
     assert "options" in meta and "budget" in meta
 

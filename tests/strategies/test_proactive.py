@@ -29,7 +29,7 @@ from tests.helpers import LookupTool, act
 
 def events(store: TraceStore, trace_id: str, kind: str) -> list[dict[str, Any]]:
     store.flush()
-    return [json.loads(e["data"]) for e in store.events(trace_id) if e["kind"] == kind]
+    return [json.loads(e.data) for e in store.events(trace_id) if e.kind == kind]
 
 
 def team(prompt: str) -> dict[str, tuple[str, str]]:
@@ -174,7 +174,7 @@ async def test_orchestrator_that_never_completes_still_yields_an_answer(store: T
     assert res.meta["stop_reason"] == "max_decisions" and res.meta["decisions"] == 4 and res.meta["revisions"] == 3
     assert "need more hints" in orch.calls[-1][-1]["content"]
     ep = store.episode(res.trace_id)
-    assert ep is not None and ep["finished"] == 1
+    assert ep is not None and ep.finished == 1
 
 
 async def test_invalid_decisions_fall_back_to_delegating_the_whole_task(store: TraceStore) -> None:
@@ -188,7 +188,7 @@ async def test_invalid_decisions_fall_back_to_delegating_the_whole_task(store: T
     [d] = events(store, res.trace_id, "delegation")
     assert d["fallback"] is True and d["instruction"] == "What is 7+8?" and d["tools"] == ["lookup"]
     assert "15" in orch.calls[-1][-1]["content"]
-    assert [r["valid"] for r in store.decisions(res.trace_id) if r["schema_name"] == "ProactiveAction"] == [0] * 12
+    assert [r.valid for r in store.decisions(res.trace_id) if r.schema_name == "ProactiveAction"] == [0] * 12
 
 
 async def test_delegating_while_one_waits_supersedes_it_when_serial(store: TraceStore) -> None:
@@ -213,7 +213,7 @@ async def test_episode_budget_stop_cancels_workers_and_keeps_the_trace(store: Tr
                       tools=ToolRegistry([LookupTool()]), store=store, budget=Budget(steps=7))
     assert res.status == "budget_exceeded" and "steps" in (res.error or "")
     ep = store.episode(res.trace_id)
-    assert ep is not None and ep["finished"] == 1 and ep["status"] == "budget_exceeded"
+    assert ep is not None and ep.finished == 1 and ep.status == "budget_exceeded"
     assert not [t for t in asyncio.all_tasks() if t.get_name().startswith("proactive:") and not t.done()]
 
 

@@ -136,7 +136,7 @@ async def test_router_routes_each_task_to_the_model_that_did_best_nearby(store: 
     res = await solve("What is the capital of Spain?", strategy="router", pool=p, tools=ToolRegistry([]), store=store,
                       options={"k": 2})
     assert res.answer == "small says" and res.meta["model"] == "small" and len(small.calls) == 1
-    assert any(e["kind"] == "route" for e in store.events(res.trace_id))
+    assert any(e.kind == "route" for e in store.events(res.trace_id))
 
 
 async def test_router_without_history_uses_the_fallback(store: TraceStore) -> None:

@@ -114,14 +114,14 @@ async def test_execution_order_follows_dependencies_and_answer_comes_from_sinks(
     writer_prompt = big.calls[0][-1]["content"]
     assert "[researcher] out of researcher" in writer_prompt and "[analyst] out of analyst" in writer_prompt
     assert "Overall task: What is 7+8?" in writer_prompt
-    nodes = {s["name"]: s for s in store.spans(res.trace_id) if s["kind"] == "node"}
-    assert nodes["writer"]["started"] >= max(nodes["researcher"]["ended"], nodes["analyst"]["ended"])
+    nodes = {s.name: s for s in store.spans(res.trace_id) if s.kind == "node"}
+    assert nodes["writer"].started >= max(nodes["researcher"].ended, nodes["analyst"].ended)
     synthesis = orch.calls[-1][-1]["content"]
     assert "[writer]" in synthesis and "[researcher]" not in synthesis  # only the sink feeds the answer
     assert res.meta["sinks"] == ["writer"] and res.meta["roles"] == {"researcher": "ok", "analyst": "ok",
                                                                      "writer": "ok"}
     assert [c["model"] for c in res.meta["compiled"]] == ["small", "small", "big"]
-    events = [json.loads(e["data"]) for e in store.events(res.trace_id) if e["kind"] == "spec"]
+    events = [json.loads(e.data) for e in store.events(res.trace_id) if e.kind == "spec"]
     assert len(events) == 1 and events[0]["spec"] == json.loads(spec)
     assert OrchestrationSpec.model_validate(res.meta["spec"]) == OrchestrationSpec.model_validate_json(spec)
 
@@ -134,8 +134,8 @@ async def test_invalid_spec_is_rejected_then_repaired(store: TraceStore) -> None
                       store=store)
     assert res.status == "ok"
     decisions = store.decisions(res.trace_id)
-    assert [d["valid"] for d in decisions] == [0, 1]
-    assert "dependency cycle among roles: a, b" in decisions[0]["error"]
+    assert [d.valid for d in decisions] == [0, 1]
+    assert "dependency cycle among roles: a, b" in decisions[0].error
     assert "dependency cycle among roles: a, b" in orch.calls[1][-1]["content"]  # the repair prompt quotes it
     assert res.meta["invalid_decisions"] == 1 and res.meta["roles"] == {"a": "ok", "b": "ok"}
 
@@ -147,10 +147,10 @@ async def test_spec_that_stays_invalid_fails_cleanly(store: TraceStore) -> None:
     assert res.status == "invalid_spec" and res.answer == ""
     assert "role 'solver': unknown capacity 'huge'" in res.meta["error"]
     assert len(orch.calls) == 3  # one try and max_repairs=2 repairs, no executor work
-    assert [d["valid"] for d in store.decisions(res.trace_id)] == [0, 0, 0]
+    assert [d.valid for d in store.decisions(res.trace_id)] == [0, 0, 0]
     episode = store.episode(res.trace_id)
-    assert episode is not None and episode["finished"] == 1 and episode["status"] == "invalid_spec"
-    assert [e["kind"] for e in store.events(res.trace_id)] == ["spec_invalid"]
+    assert episode is not None and episode.finished == 1 and episode.status == "invalid_spec"
+    assert [e.kind for e in store.events(res.trace_id)] == ["spec_invalid"]
 
 
 async def test_unknown_role_with_fewer_repairs_or_single_role_fallback(store: TraceStore) -> None:
@@ -196,5 +196,5 @@ async def test_model_failure_during_repairs_is_a_recorded_invalid_spec(store: Tr
                       store=store)
     assert res.status == "invalid_spec"
     assert "the spec has no roles" in res.meta["error"] and "exceeds the context" in res.meta["error"]
-    assert store.episode(res.trace_id)["finished"] == 1  # type: ignore[index]
-    assert [e["kind"] for e in store.events(res.trace_id)] == ["spec_invalid"]
+    assert store.episode(res.trace_id).finished == 1  # type: ignore[union-attr]
+    assert [e.kind for e in store.events(res.trace_id)] == ["spec_invalid"]

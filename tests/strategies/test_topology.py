@@ -153,7 +153,7 @@ async def test_parallel_runs_all_at_once_and_agreeing_outputs_synthesise_once(st
     assert overlap(w["A"], w["B"]) and overlap(w["B"], w["C"]) and overlap(w["A"], w["C"])
     assert res.meta["topology"] == "parallel" and res.meta["consistency"] == 1.0
     assert res.meta["loop_iterations"] == 0 and not seen["reconcile"] and len(seen["synth"]) == 1
-    kinds = {e["kind"]: json.loads(e["data"]) for e in store.events(res.trace_id)}
+    kinds = {e.kind: json.loads(e.data) for e in store.events(res.trace_id)}
     assert kinds["topology"]["topology"] == "parallel" and kinds["synthesis"]["consistency"] == 1.0
 
 
@@ -255,5 +255,5 @@ async def test_embedded_model_run_ends_with_a_finished_trace(store: TraceStore) 
     assert res.status != "ok" or (res.answer and res.meta["topology"] in ("parallel", "sequential", "hierarchical",
                                                                           "hybrid"))
     episode = store.episode(res.trace_id)
-    assert episode is not None and episode["finished"] == 1
+    assert episode is not None and episode.finished == 1
     assert store.decisions(res.trace_id)

@@ -28,6 +28,7 @@ from orchestrion.strategies.uno import (
 )
 from orchestrion.tools.agents import agent_tools
 from orchestrion.tools.retrieval import Corpus, RetrievalTool
+from orchestrion.trace import SpanRow
 from tests.helpers import script
 
 TASK = "What is 7+8?"
@@ -57,8 +58,8 @@ SMALL = Price(input_per_mtok=0.1, output_per_mtok=0.4)
 BIG = Price(input_per_mtok=10, output_per_mtok=30)
 
 
-def spans(store: TraceStore, trace_id: str, kind: str) -> list[dict[str, Any]]:
-    return [s for s in store.spans(trace_id) if s["kind"] == kind]
+def spans(store: TraceStore, trace_id: str, kind: str) -> list[SpanRow]:
+    return [s for s in store.spans(trace_id) if s.kind == kind]
 
 
 async def test_direct_mode_is_one_decision_and_one_call(store: TraceStore) -> None:
@@ -70,7 +71,7 @@ async def test_direct_mode_is_one_decision_and_one_call(store: TraceStore) -> No
     assert res.meta["pairs"] == [{"model": "orch", "primitive": "cot", "status": "ok"}]
     assert len(orch.calls) == 2  # the decision and the reasoner; no synthesis call
     assert "step by step" in orch.calls[1][-1]["content"]
-    assert [a["name"] for a in spans(store, res.trace_id, "agent")] == ["cot on orch"]
+    assert [a.name for a in spans(store, res.trace_id, "agent")] == ["cot on orch"]
     assert not spans(store, res.trace_id, "node")
 
 
@@ -95,7 +96,7 @@ async def test_decompose_mode_runs_a_plan_on_the_chosen_pairs_then_synthesises(s
         and "[b] R-Task: do b" in c_prompt
         and "Overall task: What is 7+8?" in c_prompt
     )
-    assert sorted(n["name"] for n in spans(store, res.trace_id, "node")) == ["a", "b", "c"]
+    assert sorted(n.name for n in spans(store, res.trace_id, "node")) == ["a", "b", "c"]
     assert len(spans(store, res.trace_id, "agent")) == 3
     assert "[c] do c (ok)" in orch.calls[-1][-1]["content"]
 
@@ -153,8 +154,8 @@ async def test_inadmissible_choice_is_rejected_and_repaired(store: TraceStore) -
     res = await solve(TASK, strategy="uno", pool=pool, tools=ToolRegistry(agent_tools()), store=store,
                       options={"max_cost_usd": 0.01})
     decisions = store.decisions(res.trace_id)
-    assert [d["valid"] for d in decisions] == [0, 1]
-    assert "pair 'big/ensemble' is not admissible" in decisions[0]["error"]
+    assert [d.valid for d in decisions] == [0, 1]
+    assert "pair 'big/ensemble' is not admissible" in decisions[0].error
     assert "pair 'big/ensemble' is not admissible" in orch.calls[1][-1]["content"]
     assert res.meta["pairs"][0]["model"] == "small" and res.meta["invalid_decisions"] == 1
 
@@ -166,7 +167,7 @@ async def test_bad_decompositions_are_rejected_with_the_reason(store: TraceStore
     orch = ScriptedModel(script([none, loop, good], lambda p: "ok"), name="m")
     res = await solve(TASK, strategy="uno", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()),
                       store=store)
-    errors = [d["error"] for d in store.decisions(res.trace_id)]
+    errors = [d.error for d in store.decisions(res.trace_id)]
     assert "decompose needs 2 to 6 subtasks, got 0" in errors[0]
     assert "cycle among subtasks: a, b" in errors[1]
     assert errors[2] is None and res.meta["mode"] == "decompose"
@@ -210,12 +211,12 @@ async def test_invalid_output_after_repairs_falls_back_to_the_best_utility_pair(
     res = await solve(TASK, strategy="uno", pool=pool, tools=ToolRegistry(agent_tools()), store=store,
                       options={"max_repairs": 1})
     assert res.status == "ok" and res.answer == "15"
-    assert [d["valid"] for d in store.decisions(res.trace_id)] == [0, 0]
+    assert [d.valid for d in store.decisions(res.trace_id)] == [0, 0]
     assert res.meta["fallback"] is True and res.meta["mode"] == "direct"
     assert res.meta["pairs"] == [{"model": "big", "primitive": "cot", "status": "ok"}]
     assert len(big.calls) == 1 and len(orch.calls) == 2
-    events = [e for e in store.events(res.trace_id) if e["kind"] == "uno_fallback"]
-    assert len(events) == 1 and json.loads(events[0]["data"])["pair"] == "big/cot"
+    events = [e for e in store.events(res.trace_id) if e.kind == "uno_fallback"]
+    assert len(events) == 1 and json.loads(events[0].data)["pair"] == "big/cot"
     # a higher cost weight makes the same fallback stay on the cheap model
     res = await solve(TASK, strategy="uno", pool=pool, tools=ToolRegistry(agent_tools()), store=store,
                       options={"max_repairs": 0, "cost_weight": 300})
@@ -235,7 +236,7 @@ async def test_model_failure_during_repairs_falls_back_but_an_unreachable_model_
                       store=store)
     assert res.status == "ok" and res.answer == "15" and res.meta["fallback"] is True
     assert "exceeds the context" in res.meta["error"]
-    assert [d["valid"] for d in store.decisions(res.trace_id)] == [0]  # the attempt before the failure is kept
+    assert [d.valid for d in store.decisions(res.trace_id)] == [0]  # the attempt before the failure is kept
     down = ScriptedModel([ModelUnavailableError("server down")], name="m")
     res = await solve(TASK, strategy="uno", pool=Pool.from_models([down]), tools=ToolRegistry(agent_tools()),
                       store=store)

@@ -17,10 +17,10 @@ async def _collect(store: TraceStore, episode_id: str | None = None) -> tuple[as
             seen.append(event)
             # each event is published after its rows are committed: the store already shows them
             if event.type is EventType.SPAN_STARTED:
-                assert any(s["id"] == event.span_id for s in store.spans(event.episode_id))
+                assert any(s.id == event.span_id for s in store.spans(event.episode_id))
             if event.type is EventType.EPISODE_FINISHED:
                 ep = store.episode(event.episode_id)
-                assert ep is not None and ep["finished"] == 1
+                assert ep is not None and ep.finished == 1
                 break
         sub.close()
         return seen
@@ -44,10 +44,10 @@ async def test_an_episode_streams_its_spans_and_decisions(store: TraceStore) -> 
     assert started and started == ended  # every span opened was closed, and both were announced
     assert seen[-1].status == res.status
     # a span's end carries its rolled-up usage, as the store holds it
-    spans = {s["id"]: s for s in store.spans(res.trace_id)}
+    spans = {s.id: s for s in store.spans(res.trace_id)}
     for e in seen:
         if e.type is EventType.SPAN_ENDED:
-            assert e.data["usage"]["input_tokens"] == spans[str(e.span_id)]["input_tokens"]
+            assert e.data["usage"]["input_tokens"] == spans[str(e.span_id)].input_tokens
 
 
 async def test_a_subscription_filters_by_episode_and_drops_when_full(store: TraceStore) -> None:

@@ -101,7 +101,7 @@ async def agent_episode(store: TraceStore) -> str:
 
 async def test_spans_keep_ids_parents_times_usage_and_cost(store: TraceStore) -> None:
     episode_id = await agent_episode(store)
-    rows = {r["id"]: r for r in store.spans(episode_id)}
+    rows = {r.id: r for r in store.spans(episode_id)}
     spans = episode_spans(store, episode_id, providers={"orch": "scripted", "big": "scripted"})
     assert len(spans) == len(rows) >= 6
     by_orch_id = {s.attributes["orchestrion.span_id"]: s for s in spans if s.attributes}
@@ -109,25 +109,25 @@ async def test_spans_keep_ids_parents_times_usage_and_cost(store: TraceStore) ->
     for oid, span in by_orch_id.items():
         row = rows[oid]
         assert span.context is not None and span.context.trace_id == int(episode_id, 16)
-        assert span.start_time == int(row["started"] * 1e9) and span.end_time == int(row["ended"] * 1e9)
-        if row["parent_id"] is None:
-            assert span.parent is None and row["kind"] == "episode"
+        assert span.start_time == int(row.started * 1e9) and span.end_time == int(row.ended * 1e9)
+        if row.parent_id is None:
+            assert span.parent is None and row.kind == "episode"
         else:  # the OTel parent is the span made from the stored parent
             assert span.parent is not None
-            parent_ctx = by_orch_id[row["parent_id"]].context
+            parent_ctx = by_orch_id[row.parent_id].context
             assert parent_ctx is not None and span.parent.span_id == parent_ctx.span_id
         attrs = dict(span.attributes or {})
         assert attrs["orchestrion.episode_id"] == episode_id and attrs["orchestrion.run_id"] == "run-otel"
-        assert attrs["orchestrion.input_tokens"] == row["input_tokens"]
-        assert attrs["orchestrion.cost_usd"] == pytest.approx(row["cost_usd"])
+        assert attrs["orchestrion.input_tokens"] == row.input_tokens
+        assert attrs["orchestrion.cost_usd"] == pytest.approx(row.cost_usd)
     calls = [s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == "chat"]
     agents = [s for s in spans if (s.attributes or {}).get("gen_ai.operation.name") == "invoke_agent"]
     root = next(s for s in spans if s.parent is None)
     episode = store.episode(episode_id)
     assert episode is not None
     # tokens sit on model calls only, and add up to the episode's totals
-    assert sum(int((c.attributes or {})["gen_ai.usage.input_tokens"]) for c in calls) == episode["input_tokens"] > 0
-    assert sum(int((c.attributes or {})["gen_ai.usage.output_tokens"]) for c in calls) == episode["output_tokens"]
+    assert sum(int((c.attributes or {})["gen_ai.usage.input_tokens"]) for c in calls) == episode.input_tokens > 0
+    assert sum(int((c.attributes or {})["gen_ai.usage.output_tokens"]) for c in calls) == episode.output_tokens
     assert all("gen_ai.usage.input_tokens" not in (s.attributes or {}) for s in spans if s not in calls)
     assert {(c.attributes or {})["gen_ai.request.model"] for c in calls} == {"orch", "big"}
     assert all((c.attributes or {})["gen_ai.provider.name"] == "scripted" for c in calls)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -39,23 +40,26 @@ def test_episodes_open_close_and_filter(store: TraceStore) -> None:
     store.patch_episode_meta("e4", {"grpo": {"reward": 0.5}})
     store.flush()
     e1 = store.episode("e1")
-    assert e1 is not None and e1["finished"] == 1 and e1["input_tokens"] == 2 and e1["cost_units"] == 1.0
-    assert json.loads(e1["meta"]) == {"pool": "tiny", "score": 1.0}
-    assert json.loads(store.episode("e4")["meta"])["grpo"] == {"reward": 0.5}  # type: ignore[index]
-    assert [e["id"] for e in store.episodes(run_id="r1")] == ["e1", "e2", "e4"]
-    assert [e["id"] for e in store.episodes(newest_first=True)] == ["e4", "e3", "e2", "e1"]
-    assert [e["id"] for e in store.episodes(no_run=True)] == ["e3"]
-    assert [e["id"] for e in store.episodes(run_id="r1", ids=["e2", "e3"])] == ["e2"]
+    assert e1 is not None and e1.finished == 1 and e1.input_tokens == 2 and e1.cost_units == 1.0
+    assert json.loads(e1.meta) == {"pool": "tiny", "score": 1.0}
+    assert json.loads(store.episode("e4").meta)["grpo"] == {"reward": 0.5}  # type: ignore[union-attr]
+    assert [e.id for e in store.episodes(run_id="r1")] == ["e1", "e2", "e4"]
+    assert [e.id for e in store.episodes(newest_first=True)] == ["e4", "e3", "e2", "e1"]
+    assert [e.id for e in store.episodes(no_run=True)] == ["e3"]
+    assert [e.id for e in store.episodes(run_id="r1", ids=["e2", "e3"])] == ["e2"]
     assert store.episodes(ids=[]) == []
     assert store.episode_ids() == ["e1", "e2", "e3", "e4"] and store.episode_ids(run_id="r1", limit=1) == ["e1"]
     assert store.episode_run_ids("r") == ["r1"]
-    assert store.episode_for_task("r1", "t2")["id"] == "e4"  # type: ignore[index]
+    assert store.episode_for_task("r1", "t2").id == "e4"  # type: ignore[union-attr]
     assert store.episode_for_task("r1", "nope") is None
     assert [e["id"] for e in store.scored_episodes(10)] == ["e1"]
-    assert [(e["id"], e["meta"]["pool"]) for e in store.counted_episodes("r1")] == [("e1", "tiny"), ("e4", "tiny")]
+    assert [(e.id, e.meta_value()["pool"]) for e in store.counted_episodes("r1")] == [("e1", "tiny"), ("e4", "tiny")]
     store.mark_interrupted("r1")
     store.flush()
-    assert [e["status"] for e in store.episodes(run_id="r1")] == ["ok", "interrupted", "ok"]
+    assert [e.status for e in store.episodes(run_id="r1")] == ["ok", "interrupted", "ok"]
+    assert [e.id for e in store.episodes(newest_first=True, limit=2)] == ["e4", "e3"]
+    assert store.episode("e1").meta_value() == {"pool": "tiny", "score": 1.0}  # type: ignore[union-attr]
+    assert store.episode("e1").task_value() == {"prompt": "e1"}  # type: ignore[union-attr]
 
 
 def test_spans_and_decisions_by_filter(store: TraceStore) -> None:
@@ -69,11 +73,32 @@ def test_spans_and_decisions_by_filter(store: TraceStore) -> None:
             pass
     root.end()
     store.flush()
-    assert [s["name"] for s in store.spans("ep")] == ["root", "d1", "calc"]
-    assert [s["name"] for s in store.spans("ep", kinds=("tool",))] == ["calc"]
+    assert [s.name for s in store.spans("ep")] == ["root", "d1", "calc"]
+    assert [s.name for s in store.spans("ep", kinds=("tool",))] == ["calc"]
     light = store.spans("ep", exclude_kinds=("episode",), attrs=False)
-    assert [s["name"] for s in light] == ["d1", "calc"] and "attrs" not in light[0]
-    assert store.spans("ep", since=light[1]["started"])[-1]["name"] == "calc"
+    assert [s.name for s in light] == ["d1", "calc"] and light[0].attrs is None
+    assert store.spans("ep", since=light[1].started)[-1].name == "calc"
     rows = store.decisions("ep", span_attrs=True)
-    assert [r["valid"] for r in rows] == [0, 1] and json.loads(rows[0]["span_attrs"])["replayed_attempts"] == [0]
+    assert [r.valid for r in rows] == [0, 1] and json.loads(rows[0].span_attrs)["replayed_attempts"] == [0]
     assert store.decision_validity(["ep", "none"]) == [False, True] and store.decision_validity([]) == []
+
+
+def test_a_typed_row_is_the_stored_row_column_for_column(store: TraceStore) -> None:
+    # the JSONL export writes dataclasses.asdict(row): the same keys, in the same order, as SELECT *
+    _episode(store, "e1", "r1", 1.0, status="ok", meta={"score": 1.0})
+    tracer = Tracer(store, "e1")
+    with tracer.span("decision", "d1", model="m") as d:
+        tracer.event("note", {"x": 1}, span=d)
+        tracer.decision(d, {"output": "{}", "valid": True, "messages": [{"role": "user", "content": "q"}],
+                            "token_ids": [1, 2], "action": {"a": 1}})
+    store.flush()
+    rows = {"episodes": [store.episode("e1")], "spans": store.spans("e1"), "events": store.events("e1"),
+            "decisions": store.decisions("e1")}
+    for table, typed in rows.items():
+        stored = store.query(f"SELECT * FROM {table} WHERE {'id' if table == 'episodes' else 'episode_id'} = 'e1'")
+        assert [list(dataclasses.asdict(r).items()) for r in typed] == [list(r.items()) for r in stored], table
+    (d,) = store.decisions("e1")
+    assert d.messages_value() == [{"role": "user", "content": "q"}] and d.token_ids_value() == [1, 2]
+    assert d.prompt_token_ids_value() is None and d.logprobs_value() is None and d.action_value() == {"a": 1}
+    (e,) = store.events("e1")
+    assert e.data_value() == {"x": 1} and store.spans("e1")[0].attrs_value()["model"] == "m"

@@ -37,16 +37,16 @@ def test_a_file_from_before_versions_opens_and_reads_back(tmp_path: Path) -> Non
         (run,) = store.runs_matching("run-v1")
         assert run.kind == "eval" and run.config_value() == {"strategy": "para"}
         (ep,) = store.episodes(run_id=run.id)
-        assert ep["finished"] == 1 and ep["status"] == "ok" and ep["answer"] == "Answer: 221844"
-        assert store.episode(ep["id"][:8]) == ep
-        assert [e["id"] for e in store.counted_episodes(run.id)] == [ep["id"]]
-        spans = store.spans(ep["id"])
-        assert spans[0]["kind"] == "episode" and {"decision", "tool"} <= {s["kind"] for s in spans}
-        decisions = store.decisions(ep["id"], span_attrs=True)
-        assert [d["seq"] for d in decisions] == [1, 2] and all(d["valid"] for d in decisions)
-        assert json.loads(decisions[0]["messages"])[0]["role"] in ("system", "user")
-        assert store.decision_counts(run.id) == {ep["id"]: (0, 2)}
-        assert store.span_label_counts(run.id, ("tool", "agent"), "tool") == {ep["id"]: {"slow": 1}}
+        assert ep.finished == 1 and ep.status == "ok" and ep.answer == "Answer: 221844"
+        assert store.episode(ep.id[:8]) == ep
+        assert [e.id for e in store.counted_episodes(run.id)] == [ep.id]
+        spans = store.spans(ep.id)
+        assert spans[0].kind == "episode" and {"decision", "tool"} <= {s.kind for s in spans}
+        decisions = store.decisions(ep.id, span_attrs=True)
+        assert [d.seq for d in decisions] == [1, 2] and all(d.valid for d in decisions)
+        assert json.loads(decisions[0].messages)[0]["role"] in ("system", "user")
+        assert store.decision_counts(run.id) == {ep.id: (0, 2)}
+        assert store.span_label_counts(run.id, ("tool", "agent"), "tool") == {ep.id: {"slow": 1}}
     finally:
         store.close()
     assert not list(db.parent.glob("*.bak-*"))  # adopting today's tables needs no backup
@@ -76,8 +76,7 @@ def test_an_older_version_is_upgraded_in_place_after_a_backup(tmp_path: Path, mo
     store = TraceStore(db)
     try:
         assert _version(db) == 2
-        (ep,) = store.episodes()
-        assert ep["note"] == "migrated"
+        assert store.query("SELECT note FROM episodes") == [{"note": "migrated"}]
     finally:
         store.close()
     backup = db.with_name("traces.db.bak-v1")

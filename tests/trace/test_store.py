@@ -25,8 +25,8 @@ def test_flush_waits_for_commit_and_reader_sees_it(store: TraceStore) -> None:
         span.charge(Usage(input_tokens=3, output_tokens=4, cost_usd=0.5))
     store.flush()
     rows = store.spans("ep1")
-    assert [r["status"] for r in rows] == ["ok"]
-    assert rows[0]["input_tokens"] == 3 and rows[0]["cost_usd"] == 0.5
+    assert [r.status for r in rows] == ["ok"]
+    assert rows[0].input_tokens == 3 and rows[0].cost_usd == 0.5
 
 
 async def test_aflush_does_not_block_loop(store: TraceStore) -> None:
@@ -55,11 +55,11 @@ def test_cost_rolls_up_and_unknown_stays_unknown(store: TraceStore) -> None:
         with tracer.span("call", "b") as b:
             b.charge(Usage(input_tokens=1, output_tokens=1, cost_usd=None))
     store.flush()
-    by_name = {s["name"]: s for s in store.spans("ep")}
-    assert by_name["a"]["cost_usd"] == pytest.approx(0.01)
-    assert by_name["b"]["cost_usd"] is None
-    assert by_name["root"]["input_tokens"] == 11 and by_name["root"]["output_tokens"] == 6
-    assert by_name["root"]["cost_usd"] is None  # one unknown price makes the total unknown
+    by_name = {s.name: s for s in store.spans("ep")}
+    assert by_name["a"].cost_usd == pytest.approx(0.01)
+    assert by_name["b"].cost_usd is None
+    assert by_name["root"].input_tokens == 11 and by_name["root"].output_tokens == 6
+    assert by_name["root"].cost_usd is None  # one unknown price makes the total unknown
     assert root.usage.cost_usd is None
 
 
@@ -70,7 +70,7 @@ def test_span_records_error_status(store: TraceStore) -> None:
             raise ValueError("bad")
     store.flush()
     (row,) = store.spans("ep")
-    assert row["status"] == "error" and "bad" in row["attrs"]
+    assert row.status == "error" and "bad" in row.attrs
 
 
 def test_unknown_and_ambiguous_ids(store: TraceStore) -> None:
@@ -78,7 +78,7 @@ def test_unknown_and_ambiguous_ids(store: TraceStore) -> None:
         store.submit("INSERT INTO episodes (id, status) VALUES (?, ?)", (eid, "ok"))
     store.flush()
     assert store.episode("nope") is None
-    assert store.episode("abc1")["id"] == "abc1"  # type: ignore[index]
+    assert store.episode("abc1").id == "abc1"  # type: ignore[union-attr]
     with pytest.raises(TraceError, match="matches 2 episodes"):
         store.episode("abc")
 

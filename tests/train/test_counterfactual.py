@@ -148,8 +148,8 @@ async def test_counterfactuals_reexecute_each_edit_and_contrast_rewards(store: T
         assert OrchestrationSpec.model_validate(cf.edited.meta["spec"]) == expected
         assert expected != OrchestrationSpec.model_validate_json(spec_text())
         row = decision_rows(store, cf.edited.trace_id)[0]
-        assert row["replayed"] and row["output"] == cf.edit.output and row["valid"]
-        assert cf.original_reward == 1.0 and cf.decision_id == decision_rows(store, res.trace_id)[0]["id"]
+        assert row.replayed and row.output == cf.edit.output and row.valid
+        assert cf.original_reward == 1.0 and cf.decision_id == decision_rows(store, res.trace_id)[0].id
 
 
 async def test_contrast_is_negative_when_the_edit_is_better(store: TraceStore) -> None:
@@ -169,12 +169,12 @@ async def test_samples_weight_exactly_the_edited_value(store: TraceStore) -> Non
     assert len(samples) == 3
     (row,) = decision_rows(store, res.trace_id)
     for cf, sample in zip(cfs, samples):
-        assert sample.advantage == cf.contrast and sample.decision_id == row["id"]
-        assert char_decode(sample.completion_ids) == row["output"]  # the original output's stored ids
+        assert sample.advantage == cf.contrast and sample.decision_id == row.id
+        assert char_decode(sample.completion_ids) == row.output  # the original output's stored ids
         weights = sample.weights()
         # one token per character: the weighted tokens are exactly the edited value's characters
         assert [i for i, w in enumerate(weights) if w] == list(range(*cf.edit.span))
-        assert "".join(row["output"][i] for i, w in enumerate(weights) if w) == (
+        assert "".join(row.output[i] for i, w in enumerate(weights) if w) == (
             json.dumps(cf.edit.old) if cf.edit.kind == "dependency" else cf.edit.old)
     plain_pool = Pool.from_models([ScriptedModel(lambda m, c: spec_text() if c.json_schema else "42", name="p")])
     plain = await solve(TASK, strategy="spec", pool=plain_pool, tools=ToolRegistry(agent_tools()), store=store)

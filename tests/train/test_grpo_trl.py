@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from orchestrion.train._grpo_trl import pack, reward_functions
 from orchestrion.train.rewards import COMPONENTS, RewardConfig, combine
+from orchestrion.train.rollouts import DecisionAttempt
 
 EOS = 2
 
@@ -19,9 +18,10 @@ class FakePolicy:
 
 
 def row(prompt: list[int], output: list[int], *, replayed: bool = False, logprobs: list[float] | None = None,
-        ) -> dict[str, Any]:
-    return {"prompt_token_ids": prompt, "token_ids": output, "logprobs": logprobs, "replayed": replayed,
-            "messages": None, "output": None, "model": "orch"}
+        ) -> DecisionAttempt:
+    return DecisionAttempt(id="d", episode_id="e", span_id="s", seq=1, attempt=0, model="orch", schema_name=None,
+                           messages=None, prompt_token_ids=prompt, output="", token_ids=output, logprobs=logprobs,
+                           action=None, error=None, valid=True, ts=0.0, replayed=replayed)
 
 
 def test_a_growing_conversation_is_one_completion_with_env_mask() -> None:

@@ -87,8 +87,8 @@ async def test_records_carry_exact_context_output_and_outcome(store: TraceStore)
     assert a[0].messages[-1]["role"] == "user" and "What is 2+3?" in a[0].messages[-1]["content"]
     # exactly what the decisions table stored
     stored = store.decisions(ids["A"])
-    assert [json.loads(d["messages"]) for d in stored] == [r.messages for r in a]
-    assert [d["output"] for d in stored] == [r.output for r in a]
+    assert [json.loads(d.messages) for d in stored] == [r.messages for r in a]
+    assert [d.output for d in stored] == [r.output for r in a]
     assert [r.tools_used for r in a] == [[], ["calculator"], []]
     assert [r.tools_used for r in by_ep[ids["C"]]] == [["crash", "lookup"], []]
     assert all(r.prompt_token_ids is None and r.token_ids is None for r in records)  # the scripted model gives no ids
@@ -174,10 +174,10 @@ async def test_replayed_decisions_are_marked_and_left_out(store: TraceStore) -> 
     # a tree rollout marks the decision attempts it replayed on the decision span
     first = store.decisions(ids["E"])[0]
     store.submit("UPDATE spans SET attrs = json_patch(attrs, ?) WHERE id = ?",
-                 (json.dumps({"replayed": True, "replayed_attempts": [0]}), first["span_id"]))
+                 (json.dumps({"replayed": True, "replayed_attempts": [0]}), first.span_id))
     await store.aflush()
     records = load_records(store, run_id=RUN)
-    assert [r.decision_id for r in records if r.replayed] == [first["id"]]
+    assert [r.decision_id for r in records if r.replayed] == [first.id]
     kept = filter_records(records, RecordFilter())
-    assert first["id"] not in {r.decision_id for r in kept} and len(kept) == 5
-    assert first["id"] in {r.decision_id for r in filter_records(records, RecordFilter(sampled_only=False))}
+    assert first.id not in {r.decision_id for r in kept} and len(kept) == 5
+    assert first.id in {r.decision_id for r in filter_records(records, RecordFilter(sampled_only=False))}

@@ -158,17 +158,17 @@ async def test_episode_rewards_from_stored_para_episodes(store: TraceStore) -> N
     # C's units: 2 from its tools, plus its model's tokens at 1 unit per 1k (a tier-1 model)
     ep_c = store.episode(ids["C"])
     assert ep_c is not None
-    units = 2 + (ep_c["input_tokens"] + ep_c["output_tokens"]) / 1000
-    assert ep_c["cost_units"] == pytest.approx(units) and units > 2
+    units = 2 + (ep_c.input_tokens + ep_c.output_tokens) / 1000
+    assert ep_c.cost_units == pytest.approx(units) and units > 2
     assert c["efficiency_cost"] == pytest.approx(-(units - 1.5) / 1.5)
     b = episode_rewards(store, ids["B"])
     assert b["outcome"] == 0.0
     ep = store.episode(ids["A"])
     assert ep is not None
-    tokens = ep["input_tokens"] + ep["output_tokens"]
+    tokens = ep.input_tokens + ep.output_tokens
     half = episode_rewards(store, ids["A"], RewardConfig(tokens_target=tokens / 1.5))
     assert half["efficiency_tokens"] == pytest.approx(-0.5)  # 1.5x the target
-    out_only = episode_rewards(store, ids["A"], RewardConfig(tokens_target=ep["output_tokens"] / 1.5,
+    out_only = episode_rewards(store, ids["A"], RewardConfig(tokens_target=ep.output_tokens / 1.5,
                                                               token_measure="output"))
     assert out_only["efficiency_tokens"] == pytest.approx(-0.5)
     assert episode_reward(store, ids["A"]) == pytest.approx(combine(a))
@@ -224,8 +224,8 @@ async def test_efficiency_prefers_the_cheaper_tier_for_the_same_work(store: Trac
         res = await solve(Task(id=f"t{tier}", prompt="What is 2+3? " * 20), strategy="direct", pool=pool, store=store)
         await store.aflush()
         ep = store.episode(res.trace_id)
-        assert ep is not None and ep["cost_units"] == pytest.approx(
-            (ep["input_tokens"] + ep["output_tokens"]) * tier / 1000)
+        assert ep is not None and ep.cost_units == pytest.approx(
+            (ep.input_tokens + ep.output_tokens) * tier / 1000)
         rewards[tier] = episode_rewards(store, res.trace_id, RewardConfig(cost_units_target=0.1))
     assert rewards[3]["efficiency_cost"] < rewards[1]["efficiency_cost"] <= 0
     assert rewards[3]["efficiency_tokens"] == rewards[1]["efficiency_tokens"]

@@ -97,17 +97,17 @@ async def test_group_of_four_seeds_rewards_advantages_and_samples(store: TraceSt
                                 reward_fn=has_42, tools=ToolRegistry([LookupTool()]), run_id="r1")
     assert group.rewards == [1.0, 0.0, 0.0, 1.0]
     assert group.advantages == pytest.approx([1, -1, -1, 1], abs=1e-5)
-    seeds = [json.loads(store.episode(e.trace_id)["meta"])["options"]["seed"] for e in group.episodes]  # type: ignore[index]
+    seeds = [json.loads(store.episode(e.trace_id).meta)["options"]["seed"] for e in group.episodes]  # type: ignore[union-attr]
     assert seeds == [0, 1, 2, 3]
     assert orch.seeds == [decision_seed(s, 0) for s in range(4)]  # type: ignore[attr-defined]  # distinct seeds
     samples = group_samples(group, store)
     assert len(samples) == 4  # one decision per episode (max_rounds=1)
     for sample, episode, adv in zip(samples, group.episodes, group.advantages):
         (row,) = decision_rows(store, episode.trace_id)
-        assert sample.episode_id == episode.trace_id and sample.decision_id == row["id"]
+        assert sample.episode_id == episode.trace_id and sample.decision_id == row.id
         assert sample.advantage == adv and sample.reward in (0.0, 1.0)
-        assert char_decode(sample.completion_ids) == row["output"]  # the stored ids, not re-tokenized
-        assert char_decode(sample.prompt_ids) == "".join(m["content"] for m in row["messages"])
+        assert char_decode(sample.completion_ids) == row.output  # the stored ids, not re-tokenized
+        assert char_decode(sample.prompt_ids) == "".join(m["content"] for m in row.messages)
         assert sample.old_logprobs == [-0.5] * len(sample.completion_ids)
         assert sample.meta["valid"] is True and sample.meta["task_id"] == "t1"
     assert [("42" in char_decode(s.completion_ids)) for s in samples] == [True, False, False, True]
@@ -152,7 +152,7 @@ async def test_collect_groups_distinct_seeds_concurrency_and_progress(store: Tra
                                   tools=ToolRegistry([LookupTool()]), progress=lambda d, t: ticks.append((d, t)))
     assert [g.task.id for g in groups] == ["a", "b", "c"] and all(len(g.episodes) == 2 for g in groups)
     assert ticks == [(i, 6) for i in range(1, 7)]
-    seeds = sorted(json.loads(store.episode(e.trace_id)["meta"])["options"]["seed"]  # type: ignore[index]
+    seeds = sorted(json.loads(store.episode(e.trace_id).meta)["options"]["seed"]  # type: ignore[union-attr]
                    for g in groups for e in g.episodes)
     assert seeds == list(range(10, 16))
     assert 1 <= orch.max_active <= 2
@@ -224,12 +224,12 @@ async def test_group_of_two_para_episodes_on_the_real_model(store: TraceStore) -
     assert samples, [e.status for e in group.episodes]
     tok = load_tokenizer()
     for sample in samples:
-        row = next(r for r in decision_rows(store, sample.episode_id or "") if r["id"] == sample.decision_id)
+        row = next(r for r in decision_rows(store, sample.episode_id or "") if r.id == sample.decision_id)
         assert sample.prompt_ids and sample.completion_ids
         assert sample.old_logprobs is not None and len(sample.old_logprobs) == len(sample.completion_ids)
         assert all(lp <= 0 for lp in sample.old_logprobs)
         text = tok.decode(sample.completion_ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        assert text == row["output"]
+        assert text == row.output
     assert all(abs(abs(s.advantage) - 1) < 1e-4 for s in samples)
 
 

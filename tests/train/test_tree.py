@@ -48,16 +48,16 @@ async def test_replay_hook_reuses_outputs_without_model_calls(store: TraceStore)
     decision_calls = [c for c in orch.calls if "JSON schema" in c[-1]["content"]]
     assert len(decision_calls) == 1  # only the second decision called the model
     rows = decision_rows(store, res.trace_id)
-    assert [r["replayed"] for r in rows] == [True, False]
-    assert rows[0]["output"] == replayed and rows[0]["valid"] and rows[0]["action"]["calls"][0]["input"] == "42"
-    assert rows[0]["model"] == "orch" and rows[0]["token_ids"] is None  # model name kept, nothing generated
-    assert rows[1]["token_ids"] is not None and rows[0]["messages"][0] == rows[1]["messages"][0]
-    spans = {s["id"]: s for s in store.spans(res.trace_id)}
-    attrs = [json.loads(spans[r["span_id"]]["attrs"]) for r in rows]
+    assert [r.replayed for r in rows] == [True, False]
+    assert rows[0].output == replayed and rows[0].valid and rows[0].action["calls"][0]["input"] == "42"
+    assert rows[0].model == "orch" and rows[0].token_ids is None  # model name kept, nothing generated
+    assert rows[1].token_ids is not None and rows[0].messages[0] == rows[1].messages[0]
+    spans = {s.id: s for s in store.spans(res.trace_id)}
+    attrs = [json.loads(spans[r.span_id].attrs) for r in rows]
     assert attrs[0]["replayed"] is True and attrs[0]["replayed_attempts"] == [0] and "replayed" not in attrs[1]
-    first = spans[rows[0]["span_id"]]
-    assert first["input_tokens"] == 0 and first["output_tokens"] == 0  # no tokens billed
-    assert not [s for s in spans.values() if s["kind"] == "call" and s["parent_id"] == first["id"]]
+    first = spans[rows[0].span_id]
+    assert first.input_tokens == 0 and first.output_tokens == 0  # no tokens billed
+    assert not [s for s in spans.values() if s.kind == "call" and s.parent_id == first.id]
 
 
 async def test_replay_option_must_be_a_list(store: TraceStore) -> None:
@@ -71,8 +71,8 @@ async def test_replayed_invalid_output_is_repaired_like_a_sampled_one(store: Tra
     res = await solve(TASK, strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([LookupTool()]),
                       store=store, options={"max_rounds": 1, "replay_decisions": ["not json"]})
     rows = decision_rows(store, res.trace_id)
-    assert [(r["attempt"], r["valid"], r["replayed"]) for r in rows] == [(0, False, True), (1, True, False)]
-    assert "not json" in rows[1]["messages"][-2]["content"]  # the repair prompt shows the replayed output
+    assert [(r.attempt, r.valid, r.replayed) for r in rows] == [(0, False, True), (1, True, False)]
+    assert "not json" in rows[1].messages[-2]["content"]  # the repair prompt shows the replayed output
     assert "found:fixed" in res.answer
 
 
@@ -101,10 +101,10 @@ async def test_tree_shape_shared_prefix_and_hand_computed_advantages(store: Trac
     for e in eps:  # the replayed prefix is the parent's decisions, output for output
         if e.parent is not None:
             prefix = eps[e.parent].decisions[: e.branch_depth]
-            assert [r["output"] for r in e.decisions[: e.branch_depth]] == [r["output"] for r in prefix]
-            assert all(r["replayed"] for r in e.decisions[: e.branch_depth])
-            assert not any(r["replayed"] for r in e.decisions[e.branch_depth:])
-    seeds = [json.loads(store.episode(e.result.trace_id)["meta"])["options"]["seed"] for e in eps]  # type: ignore[index]
+            assert [r.output for r in e.decisions[: e.branch_depth]] == [r.output for r in prefix]
+            assert all(r.replayed for r in e.decisions[: e.branch_depth])
+            assert not any(r.replayed for r in e.decisions[e.branch_depth:])
+    seeds = [json.loads(store.episode(e.result.trace_id).meta)["options"]["seed"] for e in eps]  # type: ignore[union-attr]
     assert seeds == list(range(9))
 
     nodes = {(n.episode, n.depth): n for n in tree.nodes}
@@ -134,7 +134,7 @@ async def test_tree_shape_shared_prefix_and_hand_computed_advantages(store: Trac
         s = by_id[node.decision_id]
         assert s.advantage == pytest.approx(adv) and s.reward == pytest.approx(value) and s.meta["depth"] == key[1]
         row = eps[key[0]].decisions[key[1]]
-        assert char_decode(s.completion_ids) == row["output"] and not row["replayed"]
+        assert char_decode(s.completion_ids) == row.output and not row.replayed
     assert len(tree_samples(tree, store, keep_zero=True)) == 12
 
 

@@ -40,7 +40,7 @@ from ._common import (
 )
 from ._otel import OtlpOpt, export_otlp, finish_sender, pool_providers, start_sender
 from ._otel import episode_id as _episode_id
-from ._render import episode_tree, list_episodes
+from ._render import episode_tree, list_episodes, task_prompt
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Learned agentic orchestration: run, trace and compare orchestration strategies.")
@@ -153,10 +153,9 @@ def trace_list(db: DbOpt = None,
     """List recent episodes."""
     table = Table("trace id", "strategy", "status", "tokens", "cost", "task")
     for ep in list_episodes(open_store(db), limit):
-        cost = "unknown" if ep["cost_usd"] is None else f"${ep['cost_usd']:.6f}"
-        status = ep["status"] if ep["finished"] else f"{ep['status']} (unfinished)"
-        table.add_row(ep["id"], ep["strategy"], status, str(ep["input_tokens"] + ep["output_tokens"]), cost,
-                      ep["task"][:60])
+        cost = "unknown" if ep.cost_usd is None else f"${ep.cost_usd:.6f}"
+        status = ep.status if ep.finished else f"{ep.status} (unfinished)"
+        table.add_row(ep.id, ep.strategy, status, str(ep.input_tokens + ep.output_tokens), cost, task_prompt(ep)[:60])
     out.print(table)
 
 

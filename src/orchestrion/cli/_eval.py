@@ -189,7 +189,7 @@ def pool_ref(ref: str) -> str:
 
 def _fail_if_errors(store: TraceStore, run_id: str, db: Path | None) -> None:
     """Exit 1 with one line when some counted episodes ended in error: the run is not complete."""
-    errors = [ep for ep in counted_episodes(store, run_id) if ep["status"] == EpisodeStatus.ERROR]
+    errors = [ep for ep in counted_episodes(store, run_id) if ep.status == EpisodeStatus.ERROR]
     if errors:
         fail(f"run {run_id}: {len(errors)} episode(s) ended in error; once the cause is fixed, run them again "
              f"with: {resume_command(run_id, db)} --retry-errors", code=1)
@@ -198,11 +198,11 @@ def _fail_if_errors(store: TraceStore, run_id: str, db: Path | None) -> None:
 def _fail_if_nothing_succeeded(store: TraceStore, run_id: str) -> None:
     """Exit 1 with one line when no counted episode of the run ended ok (every one errored, say)."""
     episodes = counted_episodes(store, run_id)
-    if any(ep["status"] == EpisodeStatus.OK for ep in episodes):
+    if any(ep.status == EpisodeStatus.OK for ep in episodes):
         return
-    statuses = Counter(str(ep["status"]) for ep in episodes)
+    statuses = Counter(str(ep.status) for ep in episodes)
     seen = ", ".join(f"{n} {status}" for status, n in statuses.most_common()) or "no episodes"
-    errors = [str(ep.get("error") or "") for ep in episodes if ep.get("error")]
+    errors = [str(ep.error or "") for ep in episodes if ep.error]
     first = f"; first error: {errors[0].splitlines()[0][:200]}" if errors else ""
     fail(f"run {run_id}: no episode succeeded ({seen}){first}", code=1)
 

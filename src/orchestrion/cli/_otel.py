@@ -80,7 +80,7 @@ def episode_id(store: TraceStore, id_or_prefix: str) -> str:
     row = store.episode(id_or_prefix)
     if row is None:
         raise TraceError(f"trace store {store.path}: no episode '{id_or_prefix}'; see `orchestrion trace list`")
-    return str(row["id"])
+    return row.id
 
 
 def export_otlp(store: TraceStore, ids: list[str], option: str | None,

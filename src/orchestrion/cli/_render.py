@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from .._errors import TraceError
+from ..trace.rows import EpisodeRow, SpanRow
 from ..trace.store import TraceStore
 
 
@@ -16,29 +17,29 @@ def _cost(value: float | None) -> str:
     return "cost unknown" if value is None else f"${value:.6f}"
 
 
-def _label(span: dict[str, Any], t0: float) -> str:
-    start = span["started"] - t0
-    end = (span["ended"] - t0) if span["ended"] is not None else None
+def _label(span: SpanRow, t0: float) -> str:
+    start = span.started - t0
+    end = (span.ended - t0) if span.ended is not None else None
     when = f"{start:7.3f}s → {end:7.3f}s" if end is not None else f"{start:7.3f}s → (unfinished)"
-    attrs = orjson.loads(span["attrs"] or "{}")
+    attrs = orjson.loads(span.attrs or "{}")
     detail = ""
-    if span["kind"] in ("tool", "agent"):
+    if span.kind in ("tool", "agent"):
         model = f" on {attrs['model']}" if attrs.get("model") else ""
         shown = attrs.get("output") or attrs.get("error") or ""
         detail = f"{model} args={_short(attrs.get('args'))} → {_short(shown, 60)}"
-    elif span["kind"] == "call":
+    elif span.kind == "call":
         detail = f" [{attrs.get('purpose', '')}] → {_short(attrs.get('output'))}"
         if attrs.get("prompt_evaluated") is not None:
             threads = f", {attrs['threads']} threads" if attrs.get("threads") else ""
             detail += (f" (prompt: {attrs['prompt_evaluated']} evaluated, {attrs.get('prompt_reused', 0)} reused"
                        f"{threads})")
-    elif span["kind"] == "decision":
+    elif span.kind == "decision":
         detail = f" valid={attrs.get('valid')} attempts={attrs.get('attempts')}"
-    tokens = f"{span['input_tokens']}+{span['output_tokens']} tok"
+    tokens = f"{span.input_tokens}+{span.output_tokens} tok"
     return (
-        f"[bold]{span['kind']}[/bold] {escape(span['name'] + detail)}  "
-        f"[dim]{when}[/dim]  status={span['status']}  {tokens}  {_cost(span['cost_usd'])}"
-        + (f"  units={span['cost_units']:g}" if span["cost_units"] else "")
+        f"[bold]{span.kind}[/bold] {escape(span.name + detail)}  "
+        f"[dim]{when}[/dim]  status={span.status}  {tokens}  {_cost(span.cost_usd)}"
+        + (f"  units={span.cost_units:g}" if span.cost_units else "")
     )
 
 
@@ -55,36 +56,39 @@ def episode_tree(store: TraceStore, episode_id: str) -> Tree:
         raise TraceError(
             f"no episode with trace id '{episode_id}' in {store.path}; list ids with `orchestrion trace list`"
         )
-    spans = store.spans(ep["id"])
-    finished = "finished" if ep["finished"] else "UNFINISHED (interrupted)"
+    spans = store.spans(ep.id)
+    finished = "finished" if ep.finished else "UNFINISHED (interrupted)"
     root = Tree(
-        f"[bold]episode {ep['id']}[/bold] strategy={ep['strategy']} status={ep['status']} ({finished})  "
-        f"{ep['input_tokens']}+{ep['output_tokens']} tok  {_cost(ep['cost_usd'])}"
+        f"[bold]episode {ep.id}[/bold] strategy={ep.strategy} status={ep.status} ({finished})  "
+        f"{ep.input_tokens}+{ep.output_tokens} tok  {_cost(ep.cost_usd)}"
     )
-    if ep["answer"]:
-        root.add(escape(f"answer: {_short(ep['answer'], 200)}"))
-    if ep["error"]:
-        root.add(f"[red]{escape('error: ' + ep['error'])}[/red]")
-    t0 = ep["started"]
+    if ep.answer:
+        root.add(escape(f"answer: {_short(ep.answer, 200)}"))
+    if ep.error:
+        root.add(f"[red]{escape('error: ' + ep.error)}[/red]")
+    t0 = ep.started
     nodes: dict[str | None, Tree] = {}
-    children: dict[str | None, list[dict[str, Any]]] = {}
+    children: dict[str | None, list[SpanRow]] = {}
     for span in spans:
-        children.setdefault(span["parent_id"], []).append(span)
+        children.setdefault(span.parent_id, []).append(span)
 
     def add(parent_id: str | None, into: Tree) -> None:
         for span in children.get(parent_id, []):
             branch = into.add(_label(span, t0))
-            nodes[span["id"]] = branch
-            add(span["id"], branch)
+            nodes[span.id] = branch
+            add(span.id, branch)
 
     add(None, root)
     return root
 
 
-def list_episodes(store: TraceStore, limit: int = 20) -> list[dict[str, Any]]:
-    return store.query(
-        "SELECT id, strategy, status, finished, started, input_tokens, output_tokens, cost_usd, "
-        "substr(coalesce(json_extract(task, '$.prompt'), task), 1, 200) AS task "
-        "FROM episodes ORDER BY started DESC LIMIT ?",
-        (limit,),
-    )
+def list_episodes(store: TraceStore, limit: int = 20) -> list[EpisodeRow]:
+    """The ``limit`` newest episodes."""
+    return store.episodes(newest_first=True, limit=limit)
+
+
+def task_prompt(ep: EpisodeRow) -> str:
+    """The episode's task prompt (the task as stored when it is not an object with one)."""
+    task = ep.task_value()
+    prompt = task.get("prompt") if isinstance(task, dict) else None
+    return ep.task if prompt is None else str(prompt)

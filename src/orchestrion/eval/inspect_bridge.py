@@ -34,8 +34,6 @@ from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from .._errors import ConfigError
 from ..models.pool import Pool, load_pool
 from ..runtime.budget import Budget
@@ -183,11 +181,11 @@ def _call_logger() -> Any:
                           source="orchestrion")
         now = time.time()
         for span in store.spans(trace_id, kinds=["call"]):
-            attrs = orjson.loads(span["attrs"]) if span.get("attrs") else {}
-            name = f"orchestrion/{span['name']}"
-            started, ended = float(span["started"]), float(span.get("ended") or span["started"])
-            cost = span.get("cost_usd")
-            tokens_in, tokens_out = int(span["input_tokens"] or 0), int(span["output_tokens"] or 0)
+            attrs = span.attrs_value()
+            name = f"orchestrion/{span.name}"
+            started, ended = float(span.started), float(span.ended or span.started)
+            cost = span.cost_usd
+            tokens_in, tokens_out = int(span.input_tokens or 0), int(span.output_tokens or 0)
             usage = ModelUsage(input_tokens=tokens_in, output_tokens=tokens_out, total_tokens=tokens_in + tokens_out,
                                total_cost=None if cost is None else float(cost))
             output = ModelOutput.from_content(model=name, content=str(attrs.get("output") or ""),
@@ -198,11 +196,11 @@ def _call_logger() -> Any:
                 model=name, role=str(attrs.get("purpose") or "") or None,
                 input=[message(m) for m in attrs.get("messages") or [] if isinstance(m, dict)],
                 tools=[], tool_choice="none", config=GenerateConfig(), output=output,
-                error=None if span["status"] == EpisodeStatus.OK else str(attrs.get("error") or span["status"]),
+                error=None if span.status == EpisodeStatus.OK else str(attrs.get("error") or span.status),
                 timestamp=datetime.fromtimestamp(started, UTC),
                 completed=datetime.fromtimestamp(ended, UTC), working_time=ended - started,
                 working_start=max(0.0, sample_working_time() - (now - started)),
-                metadata={"orchestrion_span_id": span["id"], "orchestrion_trace_id": trace_id},
+                metadata={"orchestrion_span_id": span.id, "orchestrion_trace_id": trace_id},
             )
             transcript()._event(event)  # how inspect_ai itself appends events
             for totals in (sample_model_usage(), model_usage()):  # the sample's and the eval's model_usage

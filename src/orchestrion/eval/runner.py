@@ -155,19 +155,19 @@ def _set_status(store: TraceStore, run_id: str, status: RunStatus) -> None:
     store.set_run_status(run_id, status)
 
 
-def _prior(store: TraceStore, run_id: str, total: int) -> tuple[set[tuple[str, str, int]], Tally]:
+def _prior(store: TraceStore, run_id: str, total: int) -> tuple[set[tuple[str | None, str, int]], Tally]:
     """The triples already done, and a tally over them."""
     tally = Tally(total)
-    done: set[tuple[str, str, int]] = set()
+    done: set[tuple[str | None, str, int]] = set()
     for ep in counted_episodes(store, run_id):
-        done.add((ep["task_id"], ep["strategy"], ep["epoch"]))
-        score = ep["meta"].get("score")
-        tally.add(float(score) if isinstance(score, (int, float)) else None, ep["cost_usd"], ep["status"])
+        done.add((ep.task_id, ep.strategy, ep.epoch))
+        score = ep.meta_value().get("score")
+        tally.add(float(score) if isinstance(score, (int, float)) else None, ep.cost_usd, ep.status)
     return done, tally
 
 
 def work_items(tasks: list[Task], strategies: list[str], epochs: int,
-               done: set[tuple[str, str, int]]) -> list[WorkItem]:
+               done: set[tuple[str | None, str, int]]) -> list[WorkItem]:
     """Epoch by epoch, task by task, every strategy: early results cover all strategies."""
     items = (WorkItem(t, s, e) for e in range(epochs) for t in tasks for s in strategies)
     return [it for it in items if it.key not in done]

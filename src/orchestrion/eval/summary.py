@@ -17,6 +17,7 @@ from typing import Any
 from rich.table import Table
 
 from .._errors import ConfigError
+from ..trace.rows import EpisodeRow
 from ..trace.store import TraceStore
 
 # Dataset kinds scored by running code: their summaries carry pass@k.
@@ -69,9 +70,8 @@ def run_info(store: TraceStore, run_id: str) -> dict[str, Any]:
     return {**dataclasses.asdict(rows[0]), "config": rows[0].config_value()}
 
 
-def counted_episodes(store: TraceStore, run_id: str) -> list[dict[str, Any]]:
-    """The run's counted episodes, one per (task, strategy, epoch), with ``meta`` decoded
-    (used by the runner for resume too)."""
+def counted_episodes(store: TraceStore, run_id: str) -> list[EpisodeRow]:
+    """The run's counted episodes, one per (task, strategy, epoch) (used by the runner for resume too)."""
     return store.counted_episodes(run_id)
 
 
@@ -80,12 +80,12 @@ def summarize(store: TraceStore, run_id: str) -> list[StrategySummary]:
     info = run_info(store, run_id)
     config = info["config"]
     episodes = counted_episodes(store, info["id"])
-    by_strategy: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_strategy: dict[str, list[EpisodeRow]] = defaultdict(list)
     for ep in episodes:
-        by_strategy[ep["strategy"]].append(ep)
+        by_strategy[ep.strategy].append(ep)
     order = [s for s in config.get("strategies", []) if s in by_strategy]
     order += [s for s in by_strategy if s not in order]
-    ids = {ep["id"] for ep in episodes}
+    ids = {ep.id for ep in episodes}
     invalid, attempts = _decision_counts(store, info["id"], ids)
     models = _span_counts(store, info["id"], ids, ("call",), "model")
     tools = _span_counts(store, info["id"], ids, ("tool", "agent"), "tool")
@@ -94,42 +94,42 @@ def summarize(store: TraceStore, run_id: str) -> list[StrategySummary]:
     return [_summary(name, by_strategy[name], invalid, attempts, models, tools, code, reuse) for name in order]
 
 
-def _summary(name: str, eps: list[dict[str, Any]], invalid: Counter[str], attempts: Counter[str],
+def _summary(name: str, eps: list[EpisodeRow], invalid: Counter[str], attempts: Counter[str],
              models: dict[str, Counter[str]], tools: dict[str, Counter[str]], code: bool,
              reuse: dict[str, tuple[int, int]]) -> StrategySummary:
-    per_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    per_task: dict[str | None, list[EpisodeRow]] = defaultdict(list)
     for ep in eps:
-        per_task[ep["task_id"]].append(ep)
+        per_task[ep.task_id].append(ep)
     means = [sum(_score(e) for e in group) / len(group) for group in per_task.values()]
     accuracy = sum(means) / len(means) if means else 0.0
     stderr = _stderr(means)
-    epochs = len({ep["epoch"] for ep in eps})
-    walls = [max(0.0, (ep["ended"] or ep["started"]) - ep["started"]) for ep in eps]
-    costs = [ep["cost_usd"] for ep in eps]
-    ids = [ep["id"] for ep in eps]
-    had = [ep for ep in eps if ep["meta"].get("evidence_correct")]
+    epochs = len({ep.epoch for ep in eps})
+    walls = [max(0.0, (ep.ended or ep.started) - ep.started) for ep in eps]
+    costs = [ep.cost_usd for ep in eps]
+    ids = [ep.id for ep in eps]
+    had = [ep for ep in eps if ep.meta_value().get("evidence_correct")]
     n_attempts = sum(attempts[i] for i in ids)
     return StrategySummary(
         strategy=name, episodes=len(eps), tasks=len(per_task), epochs=epochs,
         accuracy=accuracy, stderr=stderr,
         pass_at_k=_pass_at_k(per_task, epochs) if code else {},
-        input_tokens=sum(ep["input_tokens"] or 0 for ep in eps),
-        output_tokens=sum(ep["output_tokens"] or 0 for ep in eps),
-        cost_usd=None if any(c is None for c in costs) else float(sum(costs)),
-        cost_units=float(sum(ep["cost_units"] or 0 for ep in eps)),
+        input_tokens=sum(ep.input_tokens or 0 for ep in eps),
+        output_tokens=sum(ep.output_tokens or 0 for ep in eps),
+        cost_usd=None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None)),
+        cost_units=float(sum(ep.cost_units or 0 for ep in eps)),
         wall_s=sum(walls), mean_wall_s=sum(walls) / len(walls) if walls else 0.0,
         invalid_action_rate=sum(invalid[i] for i in ids) / n_attempts if n_attempts else 0.0,
         models=_merge(models, ids), tools=_merge(tools, ids),
-        statuses=dict(Counter(ep["status"] for ep in eps).most_common()),
+        statuses=dict(Counter(ep.status for ep in eps).most_common()),
         grounded_episodes=len(had),
-        grounding_rate=sum(1 for ep in had if ep["meta"].get("correct")) / len(had) if had else None,
+        grounding_rate=sum(1 for ep in had if ep.meta_value().get("correct")) / len(had) if had else None,
         prompt_reused=sum(reuse.get(i, (0, 0))[0] for i in ids),
         prompt_evaluated=sum(reuse.get(i, (0, 0))[1] for i in ids),
     )
 
 
-def _score(ep: dict[str, Any]) -> float:
-    value = ep["meta"].get("score")
+def _score(ep: EpisodeRow) -> float:
+    value = ep.meta_value().get("score")
     return float(value) if isinstance(value, (int, float)) else 0.0
 
 
@@ -142,12 +142,12 @@ def _stderr(values: list[float]) -> float:
     return math.sqrt(var / n)
 
 
-def _pass_at_k(per_task: dict[str, list[dict[str, Any]]], epochs: int) -> dict[int, float]:
+def _pass_at_k(per_task: dict[str | None, list[EpisodeRow]], epochs: int) -> dict[int, float]:
     from .scorers import pass_at_k
 
     result: dict[int, float] = {}
     for k in sorted({1, max(1, epochs)}):
-        values = [pass_at_k(len(g), sum(1 for e in g if e["meta"].get("correct")), k)
+        values = [pass_at_k(len(g), sum(1 for e in g if e.meta_value().get("correct")), k)
                   for g in per_task.values() if len(g) >= k]
         if values:
             result[k] = sum(values) / len(values)

@@ -21,6 +21,7 @@ from typing import Any
 import orjson
 
 from ..status import EpisodeStatus, ended_badly
+from ..trace.rows import EpisodeRow
 from ..trace.store import TraceStore
 
 CORRECT_AT = 0.5
@@ -32,7 +33,6 @@ MAX_TEXT = 20_000  # longer strings in span attributes are cut for the page
 MAX_TREE_NODES = 400  # the span-tree graph keeps the shallowest spans beyond this
 PAGE = 50  # episodes per page unless the request says otherwise
 MAX_PAGE = 1000
-_LARGE = ("prompt_token_ids", "token_ids", "logprobs")
 
 
 def loads(value: Any) -> Any:
@@ -86,9 +86,9 @@ def _runs(store: TraceStore) -> dict[str, dict[str, Any]]:
     return out
 
 
-def prompt_of(row: dict[str, Any]) -> str:
+def prompt_of(row: EpisodeRow) -> str:
     """The task prompt of an episode row."""
-    task = loads(row.get("task"))
+    task = loads(row.task)
     return str(task.get("prompt", "")) if isinstance(task, dict) else str(task or "")
 
 
@@ -99,22 +99,22 @@ def matches_text(prompt: str, q: str | None) -> bool:
     return all(w in text for w in words)
 
 
-def _summary(row: dict[str, Any], runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    task = loads(row.get("task"))
+def _summary(row: EpisodeRow, runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    task = loads(row.task)
     task = task if isinstance(task, dict) else {"prompt": str(task or "")}
-    meta = loads(row.get("meta"))
+    meta = loads(row.meta)
     score, correct = score_of(meta)
     metadata = _dict(task.get("metadata"))
-    dataset = metadata.get("dataset") or (runs.get(row.get("run_id") or "", {}).get("dataset"))
-    ended, started = _number(row.get("ended")), _number(row.get("started"))  # a damaged row lists, without times
+    dataset = metadata.get("dataset") or (runs.get(row.run_id or "", {}).get("dataset"))
+    ended, started = _number(row.ended), _number(row.started)  # a damaged row lists, without times
     return {
-        "id": row["id"], "run_id": row.get("run_id"), "task_id": row.get("task_id"), "epoch": row.get("epoch"),
-        "strategy": row.get("strategy"), "prompt": str(task.get("prompt", ""))[:300],
-        "status": row.get("status"), "finished": bool(row.get("finished")),
+        "id": row.id, "run_id": row.run_id, "task_id": row.task_id, "epoch": row.epoch,
+        "strategy": row.strategy, "prompt": str(task.get("prompt", ""))[:300],
+        "status": row.status, "finished": bool(row.finished),
         "started": started, "ended": ended,
         "wall_s": (ended - started) if ended is not None and started is not None else None,
-        "input_tokens": row.get("input_tokens") or 0, "output_tokens": row.get("output_tokens") or 0,
-        "cost_usd": row.get("cost_usd"), "cost_units": row.get("cost_units") or 0,
+        "input_tokens": row.input_tokens or 0, "output_tokens": row.output_tokens or 0,
+        "cost_usd": row.cost_usd, "cost_units": row.cost_units or 0,
         "score": score, "correct": correct, "dataset": dataset if isinstance(dataset, str) else None,
     }
 
@@ -209,42 +209,45 @@ def episode_detail(store: TraceStore, episode_id: str,
     prompt = prompt_of(row)
     others = by_prompt.get(prompt, []) if by_prompt is not None else same_task(store, prompt)
     summary = _summary(row, _runs(store))
-    t0 = row["started"] or 0.0
-    raw_spans = store.spans(row["id"])
-    last = max([t0, row.get("ended") or 0.0, *[(s["ended"] or s["started"] or 0.0) for s in raw_spans]])
-    names = {s["id"]: s["name"] for s in raw_spans}
+    t0 = row.started or 0.0
+    raw_spans = store.spans(row.id)
+    last = max([t0, row.ended or 0.0, *[(s.ended or s.started or 0.0) for s in raw_spans]])
+    names = {s.id: s.name for s in raw_spans}
     extra: list[str] = []
     spans = []
     for s in raw_spans:
-        start = (s["started"] or t0) - t0
+        start = (s.started or t0) - t0
         spans.append({
-            "id": s["id"], "parent_id": s["parent_id"], "kind": s["kind"], "name": s["name"], "status": s["status"],
-            "start": start, "end": None if s["ended"] is None else s["ended"] - t0,
-            "shown_end": (s["ended"] if s["ended"] is not None else last) - t0,
-            "input_tokens": s["input_tokens"] or 0, "output_tokens": s["output_tokens"] or 0,
-            "cost_usd": s["cost_usd"], "cost_units": s["cost_units"] or 0,
-            "lane": _lane(s["kind"], extra), "attrs": _clip(loads(s["attrs"]) or {}),
+            "id": s.id, "parent_id": s.parent_id, "kind": s.kind, "name": s.name, "status": s.status,
+            "start": start, "end": None if s.ended is None else s.ended - t0,
+            "shown_end": (s.ended if s.ended is not None else last) - t0,
+            "input_tokens": s.input_tokens or 0, "output_tokens": s.output_tokens or 0,
+            "cost_usd": s.cost_usd, "cost_units": s.cost_units or 0,
+            "lane": _lane(s.kind, extra), "attrs": _clip(loads(s.attrs) or {}),
         })
     _add_depth(spans)
-    events = [{"id": e["id"], "t": (e["ts"] or t0) - t0, "kind": e["kind"], "span_id": e["span_id"],
-               "span_name": names.get(e["span_id"] or ""), "data": _clip(loads(e["data"]))}
-              for e in store.events(row["id"])]
+    events = [{"id": e.id, "t": (e.ts or t0) - t0, "kind": e.kind, "span_id": e.span_id,
+               "span_name": names.get(e.span_id or ""), "data": _clip(loads(e.data))}
+              for e in store.events(row.id)]
     decisions = []
-    for d in store.decisions(row["id"]):
-        item = {k: d[k] for k in ("id", "seq", "attempt", "model", "schema_name", "output", "error", "span_id")}
-        item.update(valid=bool(d["valid"]), t=(d["ts"] or t0) - t0, span_name=names.get(d["span_id"] or ""),
-                    messages=_clip(loads(d["messages"])), action=loads(d["action"]))
-        for key in _LARGE:
-            value = loads(d[key])
+    for d in store.decisions(row.id):
+        item: dict[str, Any] = {"id": d.id, "seq": d.seq, "attempt": d.attempt, "model": d.model,
+                                "schema_name": d.schema_name, "output": d.output, "error": d.error,
+                                "span_id": d.span_id}
+        item.update(valid=bool(d.valid), t=(d.ts or t0) - t0, span_name=names.get(d.span_id or ""),
+                    messages=_clip(loads(d.messages)), action=loads(d.action))
+        for key, text in (("prompt_token_ids", d.prompt_token_ids), ("token_ids", d.token_ids),
+                          ("logprobs", d.logprobs)):
+            value = loads(text)
             item["n_" + key] = len(value) if isinstance(value, list) else None
         decisions.append(item)
     return {
         "summary": summary,
-        "task": loads(row.get("task")), "answer": row.get("answer"), "error": row.get("error"),
-        "meta": _clip(loads(row.get("meta"))),
+        "task": loads(row.task), "answer": row.answer, "error": row.error,
+        "meta": _clip(loads(row.meta)),
         "spans": spans, "lanes": [*LANES, *extra], "graph": plan_graph(spans, events) or span_graph(spans),
         "decisions": decisions, "events": events,
-        "same_task": [o for o in others if o["id"] != row["id"]],
+        "same_task": [o for o in others if o["id"] != row.id],
     }
 
 

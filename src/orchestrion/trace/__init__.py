@@ -8,11 +8,12 @@ from __future__ import annotations
 from ._atomic import atomic_files, atomic_output, check_output_file
 from ._watch import FileWatch
 from .bus import EventType, Subscription, TraceBus, TraceEvent
-from .rows import RunRow
+from .rows import DecisionRow, DecisionSpanRow, EpisodeRow, EventRow, RunRow, SpanRow
 from .store import TraceStore, default_db_path, open_for_reading
 from .tracer import Span, Tracer, new_id
 
 __all__ = [
-    "EventType", "FileWatch", "RunRow", "Span", "Subscription", "TraceBus", "TraceEvent", "TraceStore", "Tracer",
-    "atomic_files", "atomic_output", "check_output_file", "default_db_path", "new_id", "open_for_reading",
+    "DecisionRow", "DecisionSpanRow", "EpisodeRow", "EventRow", "EventType", "FileWatch", "RunRow", "Span", "SpanRow",
+    "Subscription", "TraceBus", "TraceEvent", "TraceStore", "Tracer", "atomic_files", "atomic_output",
+    "check_output_file", "default_db_path", "new_id", "open_for_reading",
 ]

@@ -26,6 +26,7 @@ from typing import Any
 import orjson
 
 from ..status import EpisodeStatus, ended_badly
+from .rows import EpisodeRow, SpanRow
 
 MAX_TEXT = 16_000  # characters kept of any one text attribute
 
@@ -52,8 +53,8 @@ def _text(value: Any) -> str:
     return text if len(text) <= MAX_TEXT else text[:MAX_TEXT] + "…"
 
 
-def decoded_attrs(row: dict[str, Any]) -> dict[str, Any]:
-    raw = row.get("attrs")
+def decoded_attrs(row: SpanRow) -> dict[str, Any]:
+    raw = row.attrs
     if not raw:
         return {}
     try:
@@ -63,9 +64,9 @@ def decoded_attrs(row: dict[str, Any]) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def span_name(row: dict[str, Any], attrs: dict[str, Any]) -> str:
+def span_name(row: SpanRow, attrs: dict[str, Any]) -> str:
     """``{operation} {target}`` for GenAI operations (the convention), ``{kind} {name}`` otherwise."""
-    kind, name = str(row.get("kind") or "span"), str(row.get("name") or "")
+    kind, name = str(row.kind or "span"), str(row.name or "")
     if kind == "episode":
         return f"invoke_workflow {name}".strip()
     if kind == "call":
@@ -77,10 +78,10 @@ def span_name(row: dict[str, Any], attrs: dict[str, Any]) -> str:
     return name if name.startswith(kind) else f"{kind} {name}".strip()  # "round 1", not "round round 1"
 
 
-def span_attributes(row: dict[str, Any], attrs: dict[str, Any], episode: dict[str, Any], *,
+def span_attributes(row: SpanRow, attrs: dict[str, Any], episode: EpisodeRow, *,
                     provider: str, content: bool) -> Attributes:
     """Every attribute of one exported span (see the module docstring)."""
-    kind = str(row.get("kind") or "span")
+    kind = str(row.kind or "span")
     operation, oi_kind = _ROLES.get(kind, (None, "CHAIN"))
     out: Attributes = {"openinference.span.kind": oi_kind}
     if operation is not None:
@@ -89,21 +90,21 @@ def span_attributes(row: dict[str, Any], attrs: dict[str, Any], episode: dict[st
         out["gen_ai.system"] = provider  # the older name of the same attribute; many backends still read it
     out.update(_orchestrion_attrs(row, episode))
     if kind == "episode":
-        out["gen_ai.workflow.name"] = str(row.get("name") or "")
+        out["gen_ai.workflow.name"] = str(row.name or "")
         if content:
             out["input.value"] = _text(attrs.get("task") or _task_prompt(episode))
-            out["output.value"] = _text(attrs.get("answer") or episode.get("answer") or "")
+            out["output.value"] = _text(attrs.get("answer") or episode.answer or "")
     elif kind == "call":
         out.update(_call_attrs(row, attrs, content))
     elif kind == "tool":
-        out["gen_ai.tool.name"] = str(attrs.get("tool") or row.get("name") or "")
+        out["gen_ai.tool.name"] = str(attrs.get("tool") or row.name or "")
         out["gen_ai.tool.type"] = "function"
-        out["gen_ai.tool.call.id"] = str(row["id"])
+        out["gen_ai.tool.call.id"] = str(row.id)
         if content:
             out.update(_io_attrs(attrs, "gen_ai.tool.call.arguments", "gen_ai.tool.call.result"))
     elif kind in ("agent", "subagent"):
-        out["gen_ai.agent.name"] = str(attrs.get("tool") or row.get("name") or "")
-        out["gen_ai.agent.id"] = str(row["id"])
+        out["gen_ai.agent.name"] = str(attrs.get("tool") or row.name or "")
+        out["gen_ai.agent.id"] = str(row.id)
         if attrs.get("model"):
             out["gen_ai.request.model"] = str(attrs["model"])
         if content:
@@ -112,40 +113,40 @@ def span_attributes(row: dict[str, Any], attrs: dict[str, Any], episode: dict[st
         for key in ("model", "schema", "valid", "attempts"):
             if isinstance(attrs.get(key), (str, bool, int, float)):
                 out[f"orchestrion.decision.{key}"] = attrs[key]
-    status = str(row.get("status") or EpisodeStatus.RUNNING)
+    status = str(row.status or EpisodeStatus.RUNNING)
     if ended_badly(status):
         out["error.type"] = status
     return out
 
 
-def _orchestrion_attrs(row: dict[str, Any], episode: dict[str, Any]) -> Attributes:
+def _orchestrion_attrs(row: SpanRow, episode: EpisodeRow) -> Attributes:
     out: Attributes = {
-        "orchestrion.kind": str(row.get("kind") or ""),
-        "orchestrion.name": str(row.get("name") or ""),
-        "orchestrion.span_id": str(row["id"]),
-        "orchestrion.episode_id": str(episode["id"]),
-        "orchestrion.status": str(row.get("status") or "running"),
-        "orchestrion.input_tokens": int(row.get("input_tokens") or 0),
-        "orchestrion.output_tokens": int(row.get("output_tokens") or 0),
-        "orchestrion.cost_units": float(row.get("cost_units") or 0.0),
+        "orchestrion.kind": str(row.kind or ""),
+        "orchestrion.name": str(row.name or ""),
+        "orchestrion.span_id": str(row.id),
+        "orchestrion.episode_id": str(episode.id),
+        "orchestrion.status": str(row.status or "running"),
+        "orchestrion.input_tokens": int(row.input_tokens or 0),
+        "orchestrion.output_tokens": int(row.output_tokens or 0),
+        "orchestrion.cost_units": float(row.cost_units or 0.0),
     }
-    if row.get("parent_id"):
-        out["orchestrion.parent_span_id"] = str(row["parent_id"])
-    if row.get("cost_usd") is not None:  # unknown prices stay unknown: no attribute, never 0
-        out["orchestrion.cost_usd"] = float(row["cost_usd"])
-    for key in ("run_id", "task_id", "strategy"):
-        if episode.get(key):
-            out[f"orchestrion.{key}"] = str(episode[key])
+    if row.parent_id:
+        out["orchestrion.parent_span_id"] = str(row.parent_id)
+    if row.cost_usd is not None:  # unknown prices stay unknown: no attribute, never 0
+        out["orchestrion.cost_usd"] = float(row.cost_usd)
+    for key, value in (("run_id", episode.run_id), ("task_id", episode.task_id), ("strategy", episode.strategy)):
+        if value:
+            out[f"orchestrion.{key}"] = str(value)
     return out
 
 
-def _call_attrs(row: dict[str, Any], attrs: dict[str, Any], content: bool) -> Attributes:
-    model = str(row.get("name") or "")
+def _call_attrs(row: SpanRow, attrs: dict[str, Any], content: bool) -> Attributes:
+    model = str(row.name or "")
     out: Attributes = {
         "gen_ai.request.model": model,
         "gen_ai.response.model": model,
-        "gen_ai.usage.input_tokens": int(row.get("input_tokens") or 0),
-        "gen_ai.usage.output_tokens": int(row.get("output_tokens") or 0),
+        "gen_ai.usage.input_tokens": int(row.input_tokens or 0),
+        "gen_ai.usage.output_tokens": int(row.output_tokens or 0),
     }
     if attrs.get("purpose"):
         out["orchestrion.purpose"] = str(attrs["purpose"])
@@ -183,8 +184,8 @@ def _io_attrs(attrs: dict[str, Any], input_key: str, output_key: str, *, instruc
     return out
 
 
-def _task_prompt(episode: dict[str, Any]) -> str:
-    raw = episode.get("task")
+def _task_prompt(episode: EpisodeRow) -> str:
+    raw = episode.task
     if isinstance(raw, str):
         try:
             task = orjson.loads(raw)

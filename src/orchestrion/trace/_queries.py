@@ -3,8 +3,9 @@
 This is the store's interface: code outside ``orchestrion.trace`` calls these methods
 rather than writing SQL. Writes go through the background writer (``submit``), so they
 are committed soon after, in order; call ``flush``/``aflush`` to wait for them. Reads
-open a short-lived connection and return plain dicts (one per row, columns as stored:
-JSON columns stay text unless a method says it decodes them).
+open a short-lived connection and return typed rows (:mod:`orchestrion.trace.rows`: one
+frozen dataclass per row, columns as stored, JSON columns as text with ``*_value()``
+methods that decode them), ids, or small aggregates.
 """
 
 from __future__ import annotations
@@ -13,16 +14,14 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import orjson
+from typing import Any, Literal, overload
 
 from .._errors import TraceError
 from ..models.types import Usage
 from ..status import EpisodeStatus, RunStatus
 from ._json import dumps
 from .bus import EventType, TraceEvent
-from .rows import RunRow
+from .rows import DecisionRow, DecisionSpanRow, EpisodeRow, EventRow, RunRow, SpanRow
 
 # An episode that counts in an eval run: finished (closing update committed), not interrupted, and
 # not an error that a later episode retried (``eval --resume --retry-errors``).
@@ -127,16 +126,17 @@ class TraceQueries:
                     (EpisodeStatus.RETRIED, run_id, EpisodeStatus.ERROR))
 
     # -- episodes: reads --------------------------------------------------------------------
-    def episode(self, episode_id: str) -> dict[str, Any] | None:
+    def episode(self, episode_id: str) -> EpisodeRow | None:
         """The episode with this id or unique id prefix; None if there is none."""
         rows = self.query("SELECT * FROM episodes WHERE id = ? OR id LIKE ?", (episode_id, episode_id + "%"))
         if len(rows) > 1:
             raise TraceError(f"trace id prefix '{episode_id}' matches {len(rows)} episodes; give more characters")
-        return rows[0] if rows else None
+        return EpisodeRow.of(rows[0]) if rows else None
 
     def episodes(self, *, run_id: str | None = None, no_run: bool = False, ids: Sequence[str] | None = None,
-                 strategy: str | None = None, newest_first: bool = False) -> list[dict[str, Any]]:
-        """Episode rows passing every given filter, oldest first (or newest first).
+                 strategy: str | None = None, newest_first: bool = False,
+                 limit: int | None = None) -> list[EpisodeRow]:
+        """Episode rows passing every given filter, oldest first (or newest first), at most ``limit``.
 
         ``no_run``: only episodes without a run id; ``ids``: only these episodes (empty: none).
         """
@@ -156,8 +156,11 @@ class TraceQueries:
             where.append(f"id IN ({_marks(ids)})")
             params.extend(ids)
         sql = "SELECT * FROM episodes" + (" WHERE " + " AND ".join(where) if where else "")
-        return self.query(sql + (" ORDER BY started DESC, rowid DESC" if newest_first else " ORDER BY started, rowid"),
-                          params)
+        sql += " ORDER BY started DESC, rowid DESC" if newest_first else " ORDER BY started, rowid"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        return [EpisodeRow.of(r) for r in self.query(sql, params)]
 
     def episode_ids(self, *, run_id: str | None = None, limit: int | None = None) -> list[str]:
         """Episode ids (of one run, if given), oldest first."""
@@ -172,23 +175,22 @@ class TraceQueries:
             params.append(limit)
         return [r["id"] for r in self.query(sql, params)]
 
-    def episode_for_task(self, run_id: str, task_id: str) -> dict[str, Any] | None:
+    def episode_for_task(self, run_id: str, task_id: str) -> EpisodeRow | None:
         """The (first) episode of ``run_id`` for ``task_id``, or None."""
         rows = self.query("SELECT * FROM episodes WHERE run_id = ? AND task_id = ? ORDER BY started, rowid LIMIT 1",
                           (run_id, task_id))
-        return rows[0] if rows else None
+        return EpisodeRow.of(rows[0]) if rows else None
 
-    def counted_episodes(self, run_id: str) -> list[dict[str, Any]]:
+    def counted_episodes(self, run_id: str) -> list[EpisodeRow]:
         """The run's counted episodes (finished, not interrupted or cancelled), one per
-        (task, strategy, epoch) -- the first to start -- with ``meta`` decoded."""
+        (task, strategy, epoch) -- the first to start (``meta_value()`` decodes their meta)."""
         rows = self.query(f"SELECT * FROM episodes WHERE run_id = ? AND {COUNTED} ORDER BY started, rowid", (run_id,))
         seen: set[tuple[Any, ...]] = set()
         kept = []
-        for row in rows:
-            key = (row["task_id"], row["strategy"], row["epoch"])
+        for row in map(EpisodeRow.of, rows):
+            key = (row.task_id, row.strategy, row.epoch)
             if key not in seen:
                 seen.add(key)
-                row["meta"] = orjson.loads(row["meta"]) if row.get("meta") else {}
                 kept.append(row)
         return kept
 
@@ -199,9 +201,9 @@ class TraceQueries:
 
     # -- spans, events, decisions -------------------------------------------------------------
     def spans(self, episode_id: str, *, kinds: Sequence[str] | None = None, exclude_kinds: Sequence[str] = (),
-              since: float | None = None, attrs: bool = True) -> list[dict[str, Any]]:
+              since: float | None = None, attrs: bool = True) -> list[SpanRow]:
         """The episode's spans by start time: only ``kinds`` (if given), none of ``exclude_kinds``,
-        started at or after ``since``; ``attrs=False`` leaves the attrs column out."""
+        started at or after ``since``; ``attrs=False`` leaves the attrs column out (it reads None)."""
         cols = "*" if attrs else ("id, episode_id, parent_id, kind, name, started, ended, status, input_tokens, "
                                   "output_tokens, cost_usd, cost_units")
         sql = f"SELECT {cols} FROM spans WHERE episode_id = ?"
@@ -215,21 +217,30 @@ class TraceQueries:
         if since is not None:
             sql += " AND started >= ?"
             params.append(since)
-        return self.query(sql + " ORDER BY started, rowid", params)
+        return [SpanRow.of(r) for r in self.query(sql + " ORDER BY started, rowid", params)]
 
-    def events(self, episode_id: str) -> list[dict[str, Any]]:
-        return self.query("SELECT * FROM events WHERE episode_id = ? ORDER BY id", (episode_id,))
+    def events(self, episode_id: str) -> list[EventRow]:
+        """The episode's events in the order they were written."""
+        return [EventRow.of(r) for r in self.query("SELECT * FROM events WHERE episode_id = ? ORDER BY id",
+                                                   (episode_id,))]
 
-    def decisions(self, episode_id: str, *, span_attrs: bool = False) -> list[dict[str, Any]]:
+    @overload
+    def decisions(self, episode_id: str, *, span_attrs: Literal[False] = False) -> list[DecisionRow]: ...
+
+    @overload
+    def decisions(self, episode_id: str, *, span_attrs: Literal[True]) -> list[DecisionSpanRow]: ...
+
+    def decisions(self, episode_id: str, *, span_attrs: bool = False) -> list[DecisionRow] | list[DecisionSpanRow]:
         """The episode's decision attempts by (seq, attempt); ``span_attrs``: each row also has its
-        decision span's ``attrs`` (as stored) under ``span_attrs``."""
+        decision span's ``attrs`` (as stored) as ``span_attrs`` (:class:`DecisionSpanRow`)."""
         if span_attrs:
-            return self.query(
+            return [DecisionSpanRow.of(r) for r in self.query(
                 "SELECT d.*, s.attrs AS span_attrs FROM decisions d LEFT JOIN spans s ON s.id = d.span_id "
                 "WHERE d.episode_id = ? ORDER BY d.seq, d.attempt",
                 (episode_id,),
-            )
-        return self.query("SELECT * FROM decisions WHERE episode_id = ? ORDER BY seq, attempt", (episode_id,))
+            )]
+        return [DecisionRow.of(r) for r in self.query(
+            "SELECT * FROM decisions WHERE episode_id = ? ORDER BY seq, attempt", (episode_id,))]
 
     def decision_validity(self, episode_ids: Sequence[str]) -> list[bool]:
         """Whether each decision attempt of these episodes was valid (one entry per attempt)."""

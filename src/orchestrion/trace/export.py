@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any
@@ -9,13 +10,15 @@ from typing import IO, Any
 import orjson
 
 from ._atomic import atomic_output
+from .rows import DecisionRow, EpisodeRow, EventRow, SpanRow
 from .store import TraceStore
 
 _JSON_FIELDS = ("attrs", "data", "task", "meta", "messages", "prompt_token_ids", "token_ids", "logprobs", "action")
 
 
-def _decode(row: dict[str, Any]) -> dict[str, Any]:
-    out = dict(row)
+def _decode(row: EpisodeRow | SpanRow | EventRow | DecisionRow) -> dict[str, Any]:
+    """The row as the dict of its columns (their order kept), JSON columns decoded."""
+    out = dataclasses.asdict(row)
     for key in _JSON_FIELDS:
         if isinstance(out.get(key), str):
             try:
@@ -30,9 +33,9 @@ def episode_record(store: TraceStore, episode_id: str) -> dict[str, Any]:
     if ep is None:
         return {}
     record = _decode(ep)
-    record["spans"] = [_decode(s) for s in store.spans(ep["id"])]
-    record["events"] = [_decode(e) for e in store.events(ep["id"])]
-    record["decisions"] = [_decode(d) for d in store.decisions(ep["id"])]
+    record["spans"] = [_decode(s) for s in store.spans(ep.id)]
+    record["events"] = [_decode(e) for e in store.events(ep.id)]
+    record["decisions"] = [_decode(d) for d in store.decisions(ep.id)]
     return record
 
 

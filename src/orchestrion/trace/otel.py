@@ -126,36 +126,36 @@ def episode_spans(store: TraceStore, episode_id: str, *, providers: dict[str, st
     episode = store.episode(episode_id)
     if episode is None:
         return []
-    rows = store.spans(episode["id"])
+    rows = store.spans(episode.id)
     events: dict[str, list[Event]] = {}
-    for ev in store.events(episode["id"]):
-        if ev.get("span_id"):
-            events.setdefault(ev["span_id"], []).append(
-                Event(str(ev["kind"]), {"orchestrion.data": str(ev.get("data") or "")}, _ns(float(ev["ts"]))))
-    trace_id = trace_id_of(episode["id"])
+    for ev in store.events(episode.id):
+        if ev.span_id:
+            events.setdefault(ev.span_id, []).append(
+                Event(str(ev.kind), {"orchestrion.data": str(ev.data or "")}, _ns(float(ev.ts))))
+    trace_id = trace_id_of(episode.id)
     scope = InstrumentationScope("orchestrion", _version())
     the_resource = res or resource()
     content = capture_content()
-    fallback_end = float(episode.get("ended") or 0.0)
+    fallback_end = float(episode.ended or 0.0)
     out: list[ReadableSpan] = []
     for row in rows:
         attrs = decoded_attrs(row)
-        model = str(attrs.get("model") or row.get("name") or "")
+        model = str(attrs.get("model") or row.name or "")
         provider = (providers or {}).get(model, "orchestrion")
-        started = float(row["started"])
-        ended = float(row.get("ended") or max(fallback_end, started))
-        parent = row.get("parent_id")
+        started = float(row.started)
+        ended = float(row.ended or max(fallback_end, started))
+        parent = row.parent_id
         out.append(ReadableSpan(
             name=span_name(row, attrs),
-            context=SpanContext(trace_id, _span_id(row["id"]), is_remote=False,
+            context=SpanContext(trace_id, _span_id(row.id), is_remote=False,
                                 trace_flags=TraceFlags(TraceFlags.SAMPLED)),
             parent=SpanContext(trace_id, _span_id(parent), is_remote=False,
                                trace_flags=TraceFlags(TraceFlags.SAMPLED)) if parent else None,
             resource=the_resource,
             attributes=span_attributes(row, attrs, episode, provider=provider, content=content),
-            events=events.get(row["id"], []),
-            kind=SpanKind.CLIENT if row.get("kind") == "call" else SpanKind.INTERNAL,
-            status=_status(str(row.get("status") or EpisodeStatus.RUNNING), attrs),
+            events=events.get(row.id, []),
+            kind=SpanKind.CLIENT if row.kind == "call" else SpanKind.INTERNAL,
+            status=_status(str(row.status or EpisodeStatus.RUNNING), attrs),
             start_time=_ns(started),
             end_time=_ns(ended),
             instrumentation_scope=scope,

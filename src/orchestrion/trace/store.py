@@ -227,7 +227,10 @@ class TraceStore(TraceQueries):
 
     # -- moving episodes between stores (e.g. from a Ray worker to the driver) ----------
     def export_episode_rows(self, episode_id: str) -> dict[str, list[dict[str, Any]]]:
-        """Every row of one episode, by table: ``episodes``, ``spans``, ``events``, ``decisions``."""
+        """Every row of one episode, by table: ``episodes``, ``spans``, ``events``, ``decisions``.
+
+        A raw table copy for :meth:`import_rows`, so the rows stay plain dicts of every column the
+        table has (read with the typed methods, not these, to use an episode)."""
         return {
             "episodes": self.query("SELECT * FROM episodes WHERE id = ?", (episode_id,)),
             "spans": self.query("SELECT * FROM spans WHERE episode_id = ? ORDER BY rowid", (episode_id,)),
@@ -237,6 +240,8 @@ class TraceStore(TraceQueries):
 
     def import_rows(self, rows: dict[str, list[dict[str, Any]]]) -> None:
         """Insert rows from :meth:`export_episode_rows` (of another store) in one transaction.
+
+        The rows are plain dicts, column name to value, as a raw table copy (not the typed rows).
 
         Events get fresh ids here; every other id is kept. The episode row goes last.
         An episode that is already in this store is refused (nothing is written).

@@ -48,7 +48,7 @@ from ..runtime.types import Task
 from ._grpo_steps import GRPORun, StepLog, check_vocab, rollout_pool, valid_rate
 from ._policy import Policy
 from ._types import TrainSample
-from .rollouts import collect_groups, decision_rows
+from .rollouts import DecisionAttempt, collect_groups, decision_rows
 
 CHECKPOINTS = "checkpoints"
 
@@ -66,9 +66,9 @@ class Packed:
     retokenized: bool = False
 
 
-def pack(rows: Sequence[dict[str, Any]], policy: Policy, max_length: int) -> Packed:
+def pack(rows: Sequence[DecisionAttempt], policy: Policy, max_length: int) -> Packed:
     """The episode's sampled decisions (``decision_rows``) as one multi-turn completion; see the module docstring."""
-    rows = [r for r in rows if not r["replayed"]]
+    rows = [r for r in rows if not r.replayed]
     out = Packed([policy.eos_id], [policy.eos_id], [0.0], [0])  # nothing to train on: one masked token
     for n, row in enumerate(rows):
         prompt, output, logprobs, retok = _ids(row, policy)
@@ -91,13 +91,13 @@ def pack(rows: Sequence[dict[str, Any]], policy: Policy, max_length: int) -> Pac
     return out
 
 
-def _ids(row: dict[str, Any], policy: Policy) -> tuple[list[int], list[int], list[float], bool]:
-    if row["token_ids"] and row["prompt_token_ids"] is not None:
-        output = [int(t) for t in row["token_ids"]]
-        logprobs = row["logprobs"] if row["logprobs"] and len(row["logprobs"]) == len(output) else None
-        return [int(t) for t in row["prompt_token_ids"]], output, list(logprobs or [0.0] * len(output)), False
-    output = policy.text_ids(row["output"] or "") + [policy.eos_id]  # a backend without ids: tokenized here
-    return policy.prompt_ids(row["messages"] or []), output, [0.0] * len(output), True
+def _ids(row: DecisionAttempt, policy: Policy) -> tuple[list[int], list[int], list[float], bool]:
+    if row.token_ids and row.prompt_token_ids is not None:
+        output = [int(t) for t in row.token_ids]
+        logprobs = row.logprobs if row.logprobs and len(row.logprobs) == len(output) else None
+        return [int(t) for t in row.prompt_token_ids], output, list(logprobs or [0.0] * len(output)), False
+    output = policy.text_ids(row.output or "") + [policy.eos_id]  # a backend without ids: tokenized here
+    return policy.prompt_ids(row.messages or []), output, [0.0] * len(output), True
 
 
 def reward_functions(cfg: Any) -> tuple[list[Callable[..., list[float | None]]], list[float]]:
@@ -169,7 +169,7 @@ class _Engine:
                 rows = decision_rows(run.store, episode.trace_id)
                 packed = pack(rows, run.policy, run.settings.max_length)
                 check_vocab(run.policy, [TrainSample(packed.prompt_ids, packed.completion_ids, 0.0,
-                                                     meta={"model": rows[0]["model"] if rows else None})])
+                                                     meta={"model": rows[0].model if rows else None})])
                 packed_all.append(packed)
                 parts = ({"outcome": reward} if run.reward_cfg is None
                          else episode_rewards(run.store, episode.trace_id, run.reward_cfg))

@@ -40,6 +40,7 @@ from ..models.types import Usage
 from ..runtime.budget import Budget
 from ..runtime.episode import EpisodeResult, run_episode
 from ..runtime.types import Task
+from ..status import EpisodeStatus
 from ..strategies.registry import get_strategy
 from ..strategies.spec import (
     LEVELS,
@@ -49,9 +50,10 @@ from ..strategies.spec import (
 )
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
+from ..trace.rows import EpisodeRow
 from ..trace.store import TraceStore
 from ._types import TrainSample
-from .rollouts import RewardFn, decision_rows
+from .rollouts import DecisionAttempt, RewardFn, decision_rows
 
 FIELDS = ("role", "capacity", "dependency")
 _FIELD_KEY = {"role": "primitive", "capacity": "capacity", "dependency": "depends_on"}
@@ -149,11 +151,11 @@ def _interleave(edits: list[SpecEdit], limit: int | None) -> list[SpecEdit]:
     return out if limit is None else out[:limit]
 
 
-def _recorded(row: dict[str, Any], meta: dict[str, Any]) -> EpisodeResult:
-    usage = Usage(input_tokens=row["input_tokens"] or 0, output_tokens=row["output_tokens"] or 0,
-                  cost_usd=row["cost_usd"], cost_units=row["cost_units"] or 0.0)
-    wall = (row["ended"] or row["started"]) - row["started"]
-    return EpisodeResult(row["answer"] or "", row["status"], row["strategy"], usage, wall, row["id"], row["error"],
+def _recorded(row: EpisodeRow, meta: dict[str, Any]) -> EpisodeResult:
+    usage = Usage(input_tokens=row.input_tokens or 0, output_tokens=row.output_tokens or 0,
+                  cost_usd=row.cost_usd, cost_units=row.cost_units or 0.0)
+    wall = (row.ended or row.started) - row.started
+    return EpisodeResult(row.answer or "", EpisodeStatus(row.status), row.strategy, usage, wall, row.id, row.error,
                          meta.get("result") or {})
 
 
@@ -175,21 +177,21 @@ async def counterfactuals(
     row = store.episode(episode_id)
     if row is None:
         raise ConfigError(f"episode {episode_id} is not in the trace store; check the id and --db")
-    if row["strategy"] != "spec":
-        raise ConfigError(f"episode {episode_id} used strategy '{row['strategy']}'; counterfactual edits need 'spec'")
-    meta = json.loads(row["meta"] or "{}")
+    if row.strategy != "spec":
+        raise ConfigError(f"episode {episode_id} used strategy '{row.strategy}'; counterfactual edits need 'spec'")
+    meta = json.loads(row.meta or "{}")
     rows = [r for r in decision_rows(store, episode_id)]
-    spec_rows = [i for i, r in enumerate(rows) if r["schema_name"] == "OrchestrationSpec" and r["valid"]]
+    spec_rows = [i for i, r in enumerate(rows) if r.schema_name == "OrchestrationSpec" and r.valid]
     if not spec_rows:
         raise ConfigError(f"episode {episode_id} has no valid orchestration spec to edit")
     at = spec_rows[0]
     the_tools = tools or default_tools()
-    edits = _interleave(spec_edits(rows[at]["output"], available_primitives(the_tools), fields), max_edits)
-    task = Task.model_validate(json.loads(row["task"]))
+    edits = _interleave(spec_edits(rows[at].output, available_primitives(the_tools), fields), max_edits)
+    task = Task.model_validate(json.loads(row.task))
     base = original_reward if original_reward is not None else float(await reward_fn(_recorded(row, meta), task))
     opts = {**(meta.get("options") or {}), **(options or {})}
     budget = Budget.model_validate(meta["budget"]) if meta.get("budget") else None
-    prefix = [r["output"] for r in rows[:at]]
+    prefix = [r.output for r in rows[:at]]
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def run(edit: SpecEdit) -> Counterfactual:
@@ -200,7 +202,7 @@ async def counterfactuals(
         ran = res.meta.get("spec")
         applied = ran is not None and OrchestrationSpec.model_validate(ran) == OrchestrationSpec.model_validate(
             parse_as(OrchestrationSpec, edit.output).model_dump())
-        return Counterfactual(episode_id, rows[at]["id"], edit, base, reward, res, applied)
+        return Counterfactual(episode_id, rows[at].id, edit, base, reward, res, applied)
 
     return list(await asyncio.gather(*(run(e) for e in edits)))
 
@@ -253,31 +255,31 @@ def counterfactual_samples(cfs: Sequence[Counterfactual], store: TraceStore,
     Edits whose decision has no token ids (scripted models) give no sample.
     """
     decode: Decode | None = None
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, DecisionAttempt] = {}
     spans: dict[str, list[tuple[int, int]]] = {}
     samples = []
     for cf in cfs:
         if not cf.applied:
             continue
         if cf.decision_id not in rows:
-            rows.update((r["id"], r) for r in decision_rows(store, cf.episode_id))
+            rows.update((r.id, r) for r in decision_rows(store, cf.episode_id))
         row = rows[cf.decision_id]
-        if not row["token_ids"] or row["prompt_token_ids"] is None:
+        if not row.token_ids or row.prompt_token_ids is None:
             continue
         if cf.decision_id not in spans:
             decode = decode or _decoder(tokenizer)
-            if decode(list(row["token_ids"])) != row["output"]:
+            if decode(list(row.token_ids)) != row.output:
                 raise ConfigError(f"decision {cf.decision_id}: its token ids do not decode to the stored output; "
                                   "pass the orchestrator's tokenizer")
-            spans[cf.decision_id] = token_char_spans(row["token_ids"], decode)
+            spans[cf.decision_id] = token_char_spans(row.token_ids, decode)
         weights = span_weights(spans[cf.decision_id], cf.edit.span)
         if not any(weights):
             continue
-        logprobs = row["logprobs"]
+        logprobs = row.logprobs
         samples.append(TrainSample(
-            prompt_ids=list(row["prompt_token_ids"]), completion_ids=list(row["token_ids"]), advantage=cf.contrast,
+            prompt_ids=list(row.prompt_token_ids), completion_ids=list(row.token_ids), advantage=cf.contrast,
             reward=cf.original_reward, token_weights=weights,
-            old_logprobs=list(logprobs) if logprobs and len(logprobs) == len(row["token_ids"]) else None,
+            old_logprobs=list(logprobs) if logprobs and len(logprobs) == len(row.token_ids) else None,
             episode_id=cf.episode_id, decision_id=cf.decision_id,
             meta={"kind": "counterfactual", "edit": cf.edit.kind, "role": cf.edit.role, "field": cf.edit.field,
                   "old": cf.edit.old, "new": cf.edit.new, "edited_reward": cf.edited_reward,

@@ -122,26 +122,27 @@ def _loads(value: Any) -> Any:
 def followup(store: TraceStore, episode_id: str, seq: int, *, limit: int = 1600) -> tuple[str, str]:
     """``(trace, outcome)``: what happened after decision ``seq`` of the episode, in time order, and how it ended."""
     decisions = store.decisions(episode_id)
-    mine = [d for d in decisions if d["seq"] == seq]
-    since = mine[0]["ts"] if mine else 0.0
+    mine = [d for d in decisions if d.seq == seq]
+    since = mine[0].ts if mine else 0.0
     events: list[tuple[float, str]] = []
     for d in decisions:
-        if d["seq"] > seq:
-            label = "next decision" if d["valid"] else "next decision (invalid)"
-            events.append((d["ts"], f"- {label}: {_clip(d['output'] or '', 240)}"))
+        if d.seq > seq:
+            label = "next decision" if d.valid else "next decision (invalid)"
+            events.append((d.ts, f"- {label}: {_clip(d.output or '', 240)}"))
     for s in store.spans(episode_id, kinds=("tool", "agent", "subagent"), since=since):
-        attrs = _loads(s["attrs"]) or {}
+        attrs = _loads(s.attrs) or {}
         result = attrs.get("output") or attrs.get("error") or ""
-        events.append((s["started"],
-                       f"- {s['kind']} {attrs.get('tool') or s['name']} [{s['status']}]: {_clip(str(result), 200)}"))
+        events.append((s.started,
+                       f"- {s.kind} {attrs.get('tool') or s.name} [{s.status}]: {_clip(str(result), 200)}"))
     events.sort(key=lambda e: e[0])
     trace = _clip("\n".join(e for _, e in events), limit) if events else "(nothing: this was the last step)"
-    ep = store.episode(episode_id) or {}
-    meta = _loads(ep.get("meta")) or {}
+    ep = store.episode(episode_id)
+    meta = (_loads(ep.meta) if ep is not None else None) or {}
     graded = ""
     if meta.get("correct") is not None or meta.get("score") is not None:
         graded = f"; graded correct={meta.get('correct')} score={meta.get('score')}"
-    outcome = f"status {ep.get('status')}{graded}; final answer: {_clip(str(ep.get('answer') or ''), 300)!r}"
+    status, answer = (ep.status, ep.answer) if ep is not None else (None, None)
+    outcome = f"status {status}{graded}; final answer: {_clip(str(answer or ''), 300)!r}"
     return trace, outcome
 
 

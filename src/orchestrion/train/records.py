@@ -21,6 +21,7 @@ import orjson
 
 from ..runtime.types import EpisodeStatus
 from ..status import ended_badly
+from ..trace.rows import EpisodeRow, SpanRow
 from ..trace.store import TraceStore
 
 
@@ -75,7 +76,7 @@ def _json(value: Any) -> Any:
         return None
 
 
-def _episodes(store: TraceStore, run_id: str | None, episode_ids: Sequence[str] | None) -> list[dict[str, Any]]:
+def _episodes(store: TraceStore, run_id: str | None, episode_ids: Sequence[str] | None) -> list[EpisodeRow]:
     return store.episodes(run_id=run_id, ids=episode_ids)
 
 
@@ -104,36 +105,36 @@ def _action_tools(action: Any) -> list[str]:
     return found
 
 
-def _span_tools(spans: list[dict[str, Any]]) -> dict[str, list[str]]:
+def _span_tools(spans: list[SpanRow]) -> dict[str, list[str]]:
     """For each decision span: tools called under it, or right after it under the same parent
     (a para round: its calls run next to the decision, before the next decision starts)."""
-    by_parent: dict[str | None, list[dict[str, Any]]] = defaultdict(list)
+    by_parent: dict[str | None, list[SpanRow]] = defaultdict(list)
     for s in spans:
-        by_parent[s["parent_id"]].append(s)
+        by_parent[s.parent_id].append(s)
     out: dict[str, list[str]] = {}
     for siblings in by_parent.values():
-        siblings.sort(key=lambda s: (s["started"] or 0.0))
+        siblings.sort(key=lambda s: (s.started or 0.0))
         for i, s in enumerate(siblings):
-            if s["kind"] != "decision":
+            if s.kind != "decision":
                 continue
-            names = [_tool_name(c) for c in by_parent.get(s["id"], []) if c["kind"] in ("tool", "agent")]
+            names = [_tool_name(c) for c in by_parent.get(s.id, []) if c.kind in ("tool", "agent")]
             for later in siblings[i + 1:]:
-                if later["kind"] == "decision":
+                if later.kind == "decision":
                     break
-                if later["kind"] in ("tool", "agent"):
+                if later.kind in ("tool", "agent"):
                     names.append(_tool_name(later))
-            out[s["id"]] = [n for n in names if n]
+            out[s.id] = [n for n in names if n]
     return out
 
 
-def _tool_name(span: dict[str, Any]) -> str:
-    attrs = _json(span.get("attrs")) or {}
+def _tool_name(span: SpanRow) -> str:
+    attrs = _json(span.attrs) or {}
     name = attrs.get("tool") if isinstance(attrs, dict) else None
-    return str(name or span["name"] or "")
+    return str(name or span.name or "")
 
 
-def _replayed_attempts(span: dict[str, Any]) -> list[int]:
-    attrs = _json(span.get("attrs"))
+def _replayed_attempts(span: SpanRow) -> list[int]:
+    attrs = _json(span.attrs)
     found = attrs.get("replayed_attempts") if isinstance(attrs, dict) else None
     return [int(a) for a in found] if isinstance(found, list) else []
 
@@ -149,52 +150,52 @@ def load_records(
     in episode order then attempt order. Episodes still running are left out."""
     records: list[DecisionRecord] = []
     for ep in _episodes(store, run_id, episode_ids):
-        if not ep["finished"]:
+        if not ep.finished:
             continue
         records.extend(_episode_records(store, ep))
     return records
 
 
-def _episode_records(store: TraceStore, ep: dict[str, Any]) -> list[DecisionRecord]:
-    rows = store.decisions(ep["id"])
+def _episode_records(store: TraceStore, ep: EpisodeRow) -> list[DecisionRecord]:
+    rows = store.decisions(ep.id)
     if not rows:
         return []
-    spans = store.spans(ep["id"], kinds=("decision", "tool", "agent"))
+    spans = store.spans(ep.id, kinds=("decision", "tool", "agent"))
     span_tools = _span_tools(spans)
-    replayed = {s["id"]: set(_replayed_attempts(s)) for s in spans if s["kind"] == "decision"}
-    failures = sum(1 for s in spans if s["kind"] in ("tool", "agent") and ended_badly(s["status"]))
-    meta = _json(ep["meta"]) or {}
-    task = _json(ep["task"]) or {}
+    replayed = {s.id: set(_replayed_attempts(s)) for s in spans if s.kind == "decision"}
+    failures = sum(1 for s in spans if s.kind in ("tool", "agent") and ended_badly(s.status))
+    meta = _json(ep.meta) or {}
+    task = _json(ep.task) or {}
     score = meta.get("score")
     correct = meta.get("correct")
     ended_valid: dict[str, bool] = defaultdict(bool)
     had_invalid: dict[str, bool] = defaultdict(bool)
     for r in rows:
-        ended_valid[r["span_id"]] |= bool(r["valid"])
-        had_invalid[r["span_id"]] |= not r["valid"]
+        ended_valid[r.span_id] |= bool(r.valid)
+        had_invalid[r.span_id] |= not r.valid
     out: list[DecisionRecord] = []
     for r in rows:
-        action = _json(r["action"])
-        sid = r["span_id"]
-        tools = _action_tools(action) if r["valid"] else []
-        if r["valid"]:
+        action = _json(r.action)
+        sid = r.span_id
+        tools = _action_tools(action) if r.valid else []
+        if r.valid:
             tools += span_tools.get(sid, [])
         out.append(DecisionRecord(
-            decision_id=r["id"], episode_id=ep["id"], run_id=ep["run_id"], task_id=ep["task_id"],
-            strategy=ep["strategy"] or "", seq=int(r["seq"]), attempt=int(r["attempt"] or 0),
-            model=r["model"] or "", schema_name=r["schema_name"] or "",
-            messages=_json(r["messages"]) or [], output=r["output"] or "",
-            prompt_token_ids=_json(r["prompt_token_ids"]), token_ids=_json(r["token_ids"]),
-            logprobs=_json(r["logprobs"]), action=action if isinstance(action, dict) else None,
-            error=r["error"], valid=bool(r["valid"]), episode_status=ep["status"] or "",
+            decision_id=r.id, episode_id=ep.id, run_id=ep.run_id, task_id=ep.task_id,
+            strategy=ep.strategy or "", seq=int(r.seq), attempt=int(r.attempt or 0),
+            model=r.model or "", schema_name=r.schema_name or "",
+            messages=_json(r.messages) or [], output=r.output or "",
+            prompt_token_ids=_json(r.prompt_token_ids), token_ids=_json(r.token_ids),
+            logprobs=_json(r.logprobs), action=action if isinstance(action, dict) else None,
+            error=r.error, valid=bool(r.valid), episode_status=ep.status or "",
             score=float(score) if isinstance(score, (int, float)) else None,
             correct=bool(correct) if isinstance(correct, bool) else None,
             repaired=ended_valid[sid] and had_invalid[sid],
-            tools_used=_dedupe(tools), span_id=sid, epoch=int(ep["epoch"] or 0),
+            tools_used=_dedupe(tools), span_id=sid, epoch=int(ep.epoch or 0),
             task_prompt=str(task.get("prompt") or ""),
             task_answer=task.get("answer") if isinstance(task.get("answer"), str) else None,
             dataset=(task.get("metadata") or {}).get("dataset") if isinstance(task.get("metadata"), dict) else None,
-            episode_tool_failures=failures, replayed=int(r["attempt"] or 0) in replayed.get(sid, set()),
+            episode_tool_failures=failures, replayed=int(r.attempt or 0) in replayed.get(sid, set()),
         ))
     return out
 

@@ -42,6 +42,7 @@ from .._errors import ConfigError, TraceError
 from .._text import load_yaml
 from ..runtime.types import EpisodeStatus
 from ..status import ToolStatus
+from ..trace.rows import SpanRow
 from ..trace.store import TraceStore
 
 DEFAULT_WEIGHTS: dict[str, float] = {
@@ -192,10 +193,10 @@ def episode_rewards(
     ep = store.episode(episode_id)
     if ep is None:
         raise TraceError(f"episode '{episode_id}' not found in {store.path}")
-    meta = _loads(ep["meta"]) or {}
+    meta = _loads(ep.meta) or {}
     result: dict[str, Any] = meta["result"] if isinstance(meta.get("result"), dict) else {}
-    spans = store.spans(ep["id"])
-    decisions = store.decision_validity([ep["id"]])
+    spans = store.spans(ep.id)
+    decisions = store.decision_validity([ep.id])
     out: dict[str, float | None] = {}
     out["outcome"] = outcome_reward(_num(meta.get("score")),
                                     meta.get("correct") if isinstance(meta.get("correct"), bool) else None)
@@ -207,14 +208,14 @@ def episode_rewards(
     calls, rounds = top_level_calls(spans), orchestration_rounds(spans)
     out["diversity"] = diversity_reward(len(calls), rounds, len({_tool(s) for s in calls}), cfg.theta_par,
                                         cfg.theta_tool)
-    tokens = (ep["output_tokens"] or 0) + (0 if cfg.token_measure == "output" else (ep["input_tokens"] or 0))
+    tokens = (ep.output_tokens or 0) + (0 if cfg.token_measure == "output" else (ep.input_tokens or 0))
     out["efficiency_tokens"] = soft_budget_penalty(tokens, cfg.tokens_target, cfg.max_penalty)
-    out["efficiency_cost"] = soft_budget_penalty(ep["cost_units"] or 0.0, cfg.cost_units_target, cfg.max_penalty)
-    if ep["cost_usd"] is None and cfg.require_cost:
-        raise ConfigError(f"episode {ep['id']}: dollar cost unknown (a model has no price); give prices in pool.yaml "
+    out["efficiency_cost"] = soft_budget_penalty(ep.cost_units or 0.0, cfg.cost_units_target, cfg.max_penalty)
+    if ep.cost_usd is None and cfg.require_cost:
+        raise ConfigError(f"episode {ep.id}: dollar cost unknown (a model has no price); give prices in pool.yaml "
                           "or set require_cost: false")
-    out["dollar_cost"] = dollar_cost_reward(ep["cost_usd"], cfg.usd_target, cfg.max_penalty)
-    plan = plan_usage(result, calls, ep["status"] or "")
+    out["dollar_cost"] = dollar_cost_reward(ep.cost_usd, cfg.usd_target, cfg.max_penalty)
+    plan = plan_usage(result, calls, ep.status or "")
     out["completeness"] = planning_completeness(*plan) if plan is not None else None
     return {k: float(v) for k, v in out.items() if v is not None}
 
@@ -235,37 +236,37 @@ def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
-def _tool(span: dict[str, Any]) -> str:
-    attrs = _loads(span.get("attrs")) or {}
-    return str(attrs.get("tool") or span["name"]) if isinstance(attrs, dict) else str(span["name"])
+def _tool(span: SpanRow) -> str:
+    attrs = _loads(span.attrs) or {}
+    return str(attrs.get("tool") or span.name) if isinstance(attrs, dict) else str(span.name)
 
 
-def _ancestors(span: dict[str, Any], by_id: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    out, parent = [], by_id.get(span["parent_id"] or "")
+def _ancestors(span: SpanRow, by_id: dict[str, SpanRow]) -> list[SpanRow]:
+    out, parent = [], by_id.get(span.parent_id or "")
     while parent is not None:
         out.append(parent)
-        parent = by_id.get(parent["parent_id"] or "")
+        parent = by_id.get(parent.parent_id or "")
     return out
 
 
-def top_level_calls(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def top_level_calls(spans: list[SpanRow]) -> list[SpanRow]:
     """Tool and agent-tool calls not made from inside another tool or agent tool."""
-    by_id = {s["id"]: s for s in spans}
-    return [s for s in spans if s["kind"] in ("tool", "agent")
-            and not any(a["kind"] in ("tool", "agent") for a in _ancestors(s, by_id))]
+    by_id = {s.id: s for s in spans}
+    return [s for s in spans if s.kind in ("tool", "agent")
+            and not any(a.kind in ("tool", "agent") for a in _ancestors(s, by_id))]
 
 
-def orchestration_rounds(spans: list[dict[str, Any]]) -> int:
+def orchestration_rounds(spans: list[SpanRow]) -> int:
     """Para's ``round`` spans; for other strategies, orchestrator decisions (not sub-agents' or tools')."""
-    rounds = sum(1 for s in spans if s["kind"] == "round")
+    rounds = sum(1 for s in spans if s.kind == "round")
     if rounds:
         return rounds
-    by_id = {s["id"]: s for s in spans}
-    return sum(1 for s in spans if s["kind"] == "decision"
-               and not any(a["kind"] in ("tool", "agent", "subagent") for a in _ancestors(s, by_id)))
+    by_id = {s.id: s for s in spans}
+    return sum(1 for s in spans if s.kind == "decision"
+               and not any(a.kind in ("tool", "agent", "subagent") for a in _ancestors(s, by_id)))
 
 
-def plan_usage(result: Mapping[str, Any], calls: list[dict[str, Any]], status: str) -> tuple[int, int] | None:
+def plan_usage(result: Mapping[str, Any], calls: list[SpanRow], status: str) -> tuple[int, int] | None:
     """``(planned, used)`` subtasks from a strategy's answer meta (milestone, spec, uno, topology)
     or, for para, its calls. A result is *used* when its subtask ran ok and the episode ended ok
     (its synthesis read it); for spec only roles that feed a sink (or a sink itself) count,
@@ -288,5 +289,5 @@ def plan_usage(result: Mapping[str, Any], calls: list[dict[str, Any]], status: s
     if "topology" in result and isinstance(result.get("subtasks"), int):
         return int(result["subtasks"]), int(result.get("subtasks_ok") or 0) if done else 0
     if "rounds" in result and "calls" in result:
-        return len(calls), sum(1 for c in calls if c["status"] == ToolStatus.OK) if done else 0
+        return len(calls), sum(1 for c in calls if c.status == ToolStatus.OK) if done else 0
     return None

@@ -18,7 +18,6 @@ A reward function takes the finished :class:`EpisodeResult` and its :class:`Task
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from ..runtime.episode import EpisodeResult, run_episode
 from ..runtime.types import Task
 from ..strategies.registry import as_strategy
 from ..tools.registry import ToolRegistry
+from ..trace.rows import DecisionSpanRow
 from ..trace.store import TraceStore
 from ._types import TrainSample
 from .settings import RolloutSettings
@@ -162,38 +162,53 @@ class _Runner:
         return Group(task, [e for e, _ in done], rewards, group_advantages(rewards))
 
 
-def _json(value: Any) -> Any:
-    return json.loads(value) if isinstance(value, str) else value
+@dataclass(frozen=True)
+class DecisionAttempt:
+    """One orchestrator decision attempt as training reads it: its stored row with the JSON
+    columns decoded, ``valid`` as a bool, and ``replayed``: whether its attempt number is in its
+    decision span's ``replayed_attempts`` (replayed text, not sampled by the policy)."""
+
+    id: str
+    episode_id: str
+    span_id: str
+    seq: int
+    attempt: int
+    model: str | None
+    schema_name: str | None
+    messages: list[dict[str, Any]] | None
+    prompt_token_ids: list[int] | None  # None: the backend gave no token ids
+    output: str
+    token_ids: list[int] | None
+    logprobs: list[float] | None
+    action: Any
+    error: str | None
+    valid: bool
+    ts: float
+    replayed: bool
+
+    @classmethod
+    def of(cls, row: DecisionSpanRow) -> DecisionAttempt:
+        replayed = row.attempt in (row.span_attrs_value().get("replayed_attempts") or [])
+        return cls(row.id, row.episode_id, row.span_id, row.seq, row.attempt, row.model, row.schema_name,
+                   row.messages_value(), row.prompt_token_ids_value(), row.output, row.token_ids_value(),
+                   row.logprobs_value(), row.action_value(), row.error, bool(row.valid), row.ts, replayed)
 
 
-def decision_rows(store: TraceStore, episode_id: str) -> list[dict[str, Any]]:
-    """The episode's decision attempts in call order, JSON decoded, each with ``replayed`` (bool).
-
-    A replayed attempt is one whose attempt number is in its decision span's ``replayed_attempts``.
-    """
-    rows = store.decisions(episode_id, span_attrs=True)
-    out = []
-    for row in rows:
-        attrs = _json(row.pop("span_attrs")) or {}
-        for key in ("messages", "prompt_token_ids", "token_ids", "logprobs", "action"):
-            row[key] = _json(row[key])
-        row["valid"] = bool(row["valid"])
-        row["replayed"] = row["attempt"] in (attrs.get("replayed_attempts") or [])
-        out.append(row)
-    return out
+def decision_rows(store: TraceStore, episode_id: str) -> list[DecisionAttempt]:
+    """The episode's decision attempts in call order, JSON decoded, each with ``replayed``."""
+    return [DecisionAttempt.of(row) for row in store.decisions(episode_id, span_attrs=True)]
 
 
-def sample_from_row(row: dict[str, Any], advantage: float, reward: float, **meta: Any) -> TrainSample | None:
+def sample_from_row(row: DecisionAttempt, advantage: float, reward: float, **meta: Any) -> TrainSample | None:
     """A sample for one sampled decision attempt with token ids; ``None`` for replayed or id-less ones."""
-    if row["replayed"] or not row["token_ids"] or row["prompt_token_ids"] is None:
+    if row.replayed or not row.token_ids or row.prompt_token_ids is None:
         return None
-    logprobs = row["logprobs"]
+    logprobs = row.logprobs
     return TrainSample(
-        prompt_ids=list(row["prompt_token_ids"]), completion_ids=list(row["token_ids"]), advantage=advantage,
-        reward=reward, old_logprobs=list(logprobs) if logprobs and len(logprobs) == len(row["token_ids"]) else None,
-        episode_id=row["episode_id"], decision_id=row["id"],
-        meta={"model": row["model"], "schema": row["schema_name"], "attempt": row["attempt"], "valid": row["valid"],
-              **meta},
+        prompt_ids=list(row.prompt_token_ids), completion_ids=list(row.token_ids), advantage=advantage,
+        reward=reward, old_logprobs=list(logprobs) if logprobs and len(logprobs) == len(row.token_ids) else None,
+        episode_id=row.episode_id, decision_id=row.id,
+        meta={"model": row.model, "schema": row.schema_name, "attempt": row.attempt, "valid": row.valid, **meta},
     )
 
 
@@ -207,7 +222,7 @@ def group_samples(group: Group, store: TraceStore, *, models: Collection[str] | 
     samples = []
     for episode, reward, adv in zip(group.episodes, group.rewards, group.advantages):
         for row in decision_rows(store, episode.trace_id):
-            if models is not None and row["model"] not in models:
+            if models is not None and row.model not in models:
                 continue
             sample = sample_from_row(row, adv, reward, task_id=group.task.id, kind="group")
             if sample is not None:

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..models.pool import Pool
 from ..runtime.budget import Budget
@@ -53,7 +52,7 @@ from ..strategies.registry import as_strategy
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ._types import TrainSample
-from .rollouts import Progress, RewardFn, check_sampling, decision_rows, sample_from_row
+from .rollouts import DecisionAttempt, Progress, RewardFn, check_sampling, decision_rows, sample_from_row
 from .settings import TreeSettings
 
 
@@ -65,7 +64,7 @@ class TreeEpisode:
     reward: float
     parent: int | None
     branch_depth: int
-    decisions: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[DecisionAttempt] = field(default_factory=list)
 
     @property
     def start(self) -> int:
@@ -119,7 +118,7 @@ async def collect_tree(
     done = 0
 
     async def run(index: int, parent: int | None, depth: int) -> TreeEpisode:
-        replay = [r["output"] for r in episodes[parent].decisions[:depth]] if parent is not None else []
+        replay = [r.output for r in episodes[parent].decisions[:depth]] if parent is not None else []
         opts = {**(options or {}), "seed": seed + index}
         if replay:
             opts["replay_decisions"] = replay
@@ -161,11 +160,11 @@ def tree_nodes(episodes: list[TreeEpisode]) -> list[TreeNode]:
     for i, e in enumerate(episodes):
         for d in range(e.branch_depth if e.parent is not None else 0, len(e.decisions)):
             row = e.decisions[d]
-            if row["replayed"]:
+            if row.replayed:
                 continue
             owner = e.parent if e.parent is not None and d == e.branch_depth else i
             values = subtree(i, d)
-            nodes.append(TreeNode(i, d, row["id"], owner, sum(values) / len(values)))
+            nodes.append(TreeNode(i, d, row.id, owner, sum(values) / len(values)))
     for node in nodes:
         group = [n for n in nodes if n.owner == node.owner and n.depth == node.depth]
         if len(group) > 1:
@@ -173,7 +172,7 @@ def tree_nodes(episodes: list[TreeEpisode]) -> list[TreeNode]:
         owner_rows = episodes[node.owner].decisions
         if node.depth < len(owner_rows):
             node.same_context = (
-                owner_rows[node.depth]["messages"] == episodes[node.episode].decisions[node.depth]["messages"]
+                owner_rows[node.depth].messages == episodes[node.episode].decisions[node.depth].messages
             )
     return nodes
 
@@ -181,12 +180,12 @@ def tree_nodes(episodes: list[TreeEpisode]) -> list[TreeNode]:
 def tree_samples(tree: Tree, store: TraceStore, *, keep_zero: bool = False) -> list[TrainSample]:
     """One sample per sampled decision with an advantage (zero advantages dropped unless ``keep_zero``)."""
     samples = []
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, DecisionAttempt] = {}
     for node in tree.nodes:
         if node.advantage is None or (not keep_zero and abs(node.advantage) < 1e-12):
             continue
         if node.decision_id not in rows:
-            rows.update((r["id"], r) for r in decision_rows(store, tree.episodes[node.episode].result.trace_id))
+            rows.update((r.id, r) for r in decision_rows(store, tree.episodes[node.episode].result.trace_id))
         row = rows.get(node.decision_id)
         if row is None:
             continue
