@@ -12,13 +12,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-from rich.table import Table
 
 from orchestrion import GenerateConfig, Message, Pool, TraceStore
 from orchestrion._errors import ConfigError, ModelError
 from orchestrion.eval.report import cost_axis, failed_strategies, markdown_table, pareto_front, write_report
 from orchestrion.eval.runner import EvalConfig, run_eval
-from orchestrion.eval.summary import StrategySummary
+from orchestrion.eval.summary import Column, StrategySummary, TextTable
 from orchestrion.models.cost import Price
 from orchestrion.models.scripted import ScriptedModel
 
@@ -76,12 +75,11 @@ def test_failed_strategies_are_those_without_a_single_ok_episode() -> None:
     assert failed_strategies(summaries, ["a", "b", "c", "never-ran"]) == ["b", "never-ran"]
 
 
-def test_markdown_table_keeps_columns_and_drops_markup() -> None:
-    table = Table("strategy", "accuracy")
-    table.add_row("[bold]direct[/bold]", "0.500 ± 0.1")
-    table.add_row("a|b", "1.0")
+def test_markdown_table_keeps_columns_and_text_as_is() -> None:
+    table = TextTable([Column("strategy", bold=True), Column("accuracy", right=True)],
+                      [["direct", "0.500 ± 0.1"], ["a|b", "1.0"], ["m[x]×2"]])
     assert markdown_table(table).splitlines() == [
-        "| strategy | accuracy |", "| --- | --- |", "| direct | 0.500 ± 0.1 |", "| a\\|b | 1.0 |",
+        "| strategy | accuracy |", "| --- | --- |", "| direct | 0.500 ± 0.1 |", "| a\\|b | 1.0 |", "| m[x]×2 |  |",
     ]
 
 

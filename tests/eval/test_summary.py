@@ -10,6 +10,7 @@ import pytest
 from rich.console import Console
 
 from orchestrion import ConfigError, TraceStore
+from orchestrion.cli._render import rich_table
 from orchestrion.eval.summary import StrategySummary, run_info, summarize, summary_table
 
 RUN = "run-1"
@@ -150,7 +151,7 @@ def test_table_shows_every_strategy_and_unknown_cost(store: TraceStore) -> None:
     _span(store, "s1", "c1", "call", "smollm2")
     store.flush()
     console = Console(width=250, record=True)
-    console.print(summary_table(summarize(store, RUN), title="my title"))
+    console.print(rich_table(summary_table(summarize(store, RUN), title="my title")))
     text = console.export_text()
     assert "my title" in text
     cot_line = next(line for line in text.splitlines() if " cot " in line)

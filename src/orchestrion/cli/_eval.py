@@ -25,6 +25,7 @@ from ..status import EpisodeStatus
 from ..trace.store import TraceStore
 from ._common import DbOpt, PoolOpt, at_most, err, fail, friendly, out, parse_settings
 from ._otel import OtlpOpt, finish_sender, start_sender
+from ._render import rich_table
 
 if TYPE_CHECKING:
     from ..trace.otel import OtlpSender
@@ -173,7 +174,7 @@ def register(app: typer.Typer) -> None:
             sys.stdout.write(orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS).decode() + "\n")
         else:
             title = f"{run.config.dataset} — run {run.run_id}"
-            out.print(summary_table(summaries, title=title))
+            out.print(rich_table(summary_table(summaries, title=title)))
         err.print(f"run {run.run_id} finished: {run.ran} episodes ran, {run.skipped} were done before", highlight=False)
         _fail_if_nothing_succeeded(store, run.run_id)
         _fail_if_errors(store, run.run_id, db)

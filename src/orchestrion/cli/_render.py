@@ -1,16 +1,33 @@
-"""Render an episode as a tree: decisions, parallel calls with start/end times, statuses, costs."""
+"""What the CLI draws with rich, from the plain data the packages below it return: an episode as
+a tree (decisions, parallel calls with start/end times, statuses, costs), a :class:`TextTable`
+(the eval summary) as a rich table, and the trainers' step bar (a :class:`StepDisplay`).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+from rich.console import Console
 from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
 from rich.tree import Tree
 
 from .._errors import TraceError
 from ..trace.rows import EpisodeRow, SpanRow
 from ..trace.store import TraceStore
+
+if TYPE_CHECKING:
+    from ..eval.summary import TextTable
 
 
 def _cost(value: float | None) -> str:
@@ -92,3 +109,53 @@ def task_prompt(ep: EpisodeRow) -> str:
     task = ep.task_value()
     prompt = task.get("prompt") if isinstance(task, dict) else None
     return ep.task if prompt is None else str(prompt)
+
+
+def rich_table(table: TextTable) -> Table:
+    """``table`` as a rich table: bold and right-aligned columns as it says."""
+    out = Table(title=table.title or None)
+    for column in table.columns:
+        out.add_column(column.header, style="bold" if column.bold else None,
+                       justify="right" if column.right else "left")
+    for row in table.rows:
+        out.add_row(*row)
+    return out
+
+
+class RichStepBar:
+    """A trainer's :class:`~orchestrion.train.StepDisplay` on stderr: one bar over the optimizer
+    steps with elapsed time and ETA, a status text after it, log lines printed above it."""
+
+    def __init__(self) -> None:
+        self._progress: Progress | None = None
+        self._task = TaskID(0)
+
+    def start(self, label: str, total: int, done: int) -> None:
+        self._progress = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("steps"),
+            TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), TextColumn("{task.fields[status]}"),
+            console=Console(stderr=True), transient=False,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task(label, total=total, completed=done, status="")
+
+    def log(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.console.print(text, highlight=False, markup=False)
+
+    def status(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, status=text)
+
+    def reset(self, total: int, done: int) -> None:
+        if self._progress is not None:
+            self._progress.reset(self._task, total=total, completed=done, status="")
+
+    def update(self, done: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, completed=done, status="")
+
+    def stop(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None

@@ -13,6 +13,7 @@ from ..train.hf import require_training_extra
 from ..train.settings import GRPOSettings, OPODSettings
 from ._common import DbOpt, PoolOpt, err, friendly, out, parse_settings
 from ._flags import settings_flags
+from ._render import RichStepBar
 
 # the settings fields each command sets from its flags (defaults, bounds and help on the fields)
 GRPO_FLAGS = ("limit", "group", "steps", "strategy", "adapter", "out", "lr", "clip", "kl_beta", "rewards", "seed",
@@ -51,7 +52,7 @@ def register(app: typer.Typer) -> None:
         from ..train.grpo import train_grpo
 
         config = GRPOSettings.build(options=parse_settings(settings), **values)
-        result = train_grpo(dataset, config, pool=pool, store=TraceStore(db), progress=_print, bar=True)
+        result = train_grpo(dataset, config, pool=pool, store=TraceStore(db), progress=_print, bar=RichStepBar())
         updated = sum(1 for s in result.steps if s.loss is not None and s.groups_kept)
         out.print(f"adapter: {result.adapter_dir}", highlight=False)
         if result.gguf_path is not None:
@@ -74,7 +75,7 @@ def register(app: typer.Typer) -> None:
         from ..train.opod import train_opod
 
         settings = OPODSettings.build(**values)
-        result = train_opod(run, settings, pool=pool, store=TraceStore(db), progress=_print, bar=True)
+        result = train_opod(run, settings, pool=pool, store=TraceStore(db), progress=_print, bar=RichStepBar())
         flagged = sum(1 for j in result.judgments if j.needs_repair)
         out.print(f"adapter: {result.adapter_dir}", highlight=False)
         if result.gguf_path is not None:

@@ -31,9 +31,7 @@ from . import _plots
 from ._plots import CostAxis
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
-    from .summary import StrategySummary
+    from .summary import StrategySummary, TextTable
 
 PLOTS = ("accuracy_cost.png", "accuracy_wall.png", "usage.png")
 _LIST_SHOWN = 8  # longer lists in the run config (e.g. task ids) are cut in the report
@@ -153,7 +151,7 @@ def render_markdown(
     run_id: str,
     info: dict[str, Any],
     summaries: Sequence[StrategySummary],
-    table: Table,
+    table: TextTable,
     axis: CostAxis,
     front: Sequence[int],
     failed: Sequence[str],
@@ -204,28 +202,14 @@ def _config_lines(info: dict[str, Any]) -> list[str]:
     return lines
 
 
-def markdown_table(table: Table) -> str:
-    """A rich table as a GitHub markdown table (markup removed, one line per row)."""
-    headers = [_plain(c.header) for c in table.columns]
-    columns = [[_plain(cell) for cell in c.cells] for c in table.columns]
-    n_rows = max((len(c) for c in columns), default=0)
-    lines = ["| " + " | ".join(_cell(h) for h in headers) + " |", "|" + " --- |" * len(headers)]
-    for r in range(n_rows):
-        lines.append("| " + " | ".join(_cell(col[r] if r < len(col) else "") for col in columns) + " |")
+def markdown_table(table: TextTable) -> str:
+    """A table as a GitHub markdown table (one line per row; a short row is padded with empty cells)."""
+    width = len(table.columns)
+    lines = ["| " + " | ".join(_cell(c.header) for c in table.columns) + " |", "|" + " --- |" * width]
+    for row in table.rows:
+        cells = [*row[:width], *[""] * (width - len(row))]
+        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
     return "\n".join(lines)
-
-
-def _plain(value: Any) -> str:
-    from rich.text import Text
-
-    if isinstance(value, Text):
-        return value.plain
-    if isinstance(value, str):
-        try:
-            return Text.from_markup(value).plain
-        except Exception:  # not valid markup: keep the text as it is
-            return value
-    return str(value)
 
 
 def _cell(text: str) -> str:

@@ -14,8 +14,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.table import Table
-
 from .._errors import ConfigError
 from ..trace.rows import EpisodeRow
 from ..trace.store import TraceStore
@@ -177,22 +175,37 @@ def _merge(counts: dict[str, Counter[str]], ids: list[str]) -> dict[str, int]:
 
 
 # -- the table ------------------------------------------------------------------------
-def summary_table(summaries: list[StrategySummary], *, title: str = "") -> Table:
-    """A rich table with one row per strategy."""
+@dataclass(frozen=True)
+class Column:
+    """A column of a :class:`TextTable`: its header, and how the terminal shows it."""
+
+    header: str
+    right: bool = False  # numbers: right-aligned
+    bold: bool = False
+
+
+@dataclass
+class TextTable:
+    """A table as plain text cells (no markup): ``orchestrion eval`` prints it (the CLI draws it
+    with rich) and ``report.md`` holds it as markdown."""
+
+    columns: list[Column]
+    rows: list[list[str]] = field(default_factory=list)
+    title: str = ""
+
+
+def summary_table(summaries: list[StrategySummary], *, title: str = "") -> TextTable:
+    """The summary table: one row per strategy."""
     code = any(s.pass_at_k for s in summaries)
     ks = sorted({k for s in summaries for k in s.pass_at_k})
-    table = Table(title=title or None)
-    table.add_column("strategy", style="bold")
-    table.add_column("episodes", justify="right")
-    table.add_column("accuracy (mean@k ± se)", justify="right")
+    columns = [Column("strategy", bold=True), Column("episodes", right=True),
+               Column("accuracy (mean@k ± se)", right=True)]
     if code:
-        for k in ks:
-            table.add_column(f"pass@{k}", justify="right")
-    for name in ("grounding", "tokens in/out", "reused", "cost", "wall total / mean", "invalid actions"):
-        table.add_column(name, justify="right")
-    table.add_column("models")
-    table.add_column("tools")
-    table.add_column("statuses")
+        columns += [Column(f"pass@{k}", right=True) for k in ks]
+    columns += [Column(name, right=True)
+                for name in ("grounding", "tokens in/out", "reused", "cost", "wall total / mean", "invalid actions")]
+    columns += [Column("models"), Column("tools"), Column("statuses")]
+    table = TextTable(columns, title=title)
     for s in summaries:
         row = [s.strategy, f"{s.episodes} ({s.tasks}×{s.epochs})", f"{s.accuracy:.3f} ± {s.stderr:.3f}"]
         if code:
@@ -206,7 +219,7 @@ def summary_table(summaries: list[StrategySummary], *, title: str = "") -> Table
             f"{s.invalid_action_rate:.1%}",
             _counts(s.models), _counts(s.tools), _counts(s.statuses),
         ]
-        table.add_row(*row)
+        table.rows.append(row)
     return table
 
 

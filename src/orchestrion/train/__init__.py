@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._lazy import lazy_names
+from ._progress import StepDisplay
 from .records import DecisionRecord, RecordFilter, filter_records, load_records
 from .rewards import RewardConfig
 from .settings import GRPOSettings, OPODSettings, RolloutSettings, SFTSettings, TreeSettings
@@ -28,6 +29,6 @@ __getattr__, __dir__ = lazy_names(__name__, globals(), {
 
 __all__ = [
     "DecisionRecord", "GRPOResult", "GRPOSettings", "OPODResult", "OPODSettings", "RecordFilter", "RewardConfig",
-    "RolloutSettings", "SFTResult", "SFTSettings", "TreeSettings", "filter_records", "load_records", "train_grpo",
-    "train_opod", "train_sft",
+    "RolloutSettings", "SFTResult", "SFTSettings", "StepDisplay", "TreeSettings", "filter_records", "load_records",
+    "train_grpo", "train_opod", "train_sft",
 ]

@@ -45,7 +45,7 @@ from ._grpo_steps import (
     write_log,
 )
 from ._policy import Policy
-from ._progress import StepBar
+from ._progress import StepBar, StepDisplay
 from .settings import GRPOSettings
 
 Log = Callable[[str], None]
@@ -75,12 +75,12 @@ async def atrain_grpo(
     store: TraceStore | str | Path | None = None,
     tools: ToolRegistry | None = None,
     progress: Log | None = None,
-    bar: bool = False,
+    bar: StepDisplay | None = None,
 ) -> GRPOResult:
     """Train the orchestrator with GRPO; see the module docstring. Writes the adapter, adapter.gguf
     and train_log.json to ``settings.out``; the rollouts are episodes of a run (kind ``grpo``) in
     ``store``. Called again with the same ``out`` it resumes from the last saved step, in the same
-    run. ``bar`` shows a rich progress bar with an ETA on stderr."""
+    run. ``bar`` draws a progress bar with an ETA (the CLI passes its rich bar on stderr)."""
     s = settings or GRPOSettings()
     if s.group < 2:
         raise ConfigError(f"GRPOSettings.group={s.group}: GRPO compares episodes within a group; use 2 or more")
@@ -100,7 +100,7 @@ async def atrain_grpo(
                                               encoding="utf-8")
     else:
         the_store.set_run_status(run_id, RunStatus.RUNNING)
-    with StepBar(s.steps, 0, progress, show=bar, label="grpo") as steps_bar:
+    with StepBar(s.steps, 0, progress, display=bar, label="grpo") as steps_bar:
         steps_bar.log(f"loading the policy ({'adapter ' + str(s.adapter) if s.adapter else 'fresh LoRA'}) ...")
         policy = Policy.load(s.adapter, lora_r=s.lora_r, lora_alpha=s.lora_alpha, gguf_path=s.gguf_path, seed=s.seed)
         run = GRPORun(s, data.tasks, the_pool, the_store, scoring_reward(data.scorer, the_store, reward_cfg),

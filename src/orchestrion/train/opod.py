@@ -39,7 +39,7 @@ from ..trace.store import TraceStore
 from ._checkpoint import CHECKPOINT, load_checkpoint, read_state, save_checkpoint
 from ._losses import reverse_kl, rwr_loss
 from ._policy import Policy, cycle
-from ._progress import StepBar
+from ._progress import StepBar, StepDisplay
 from .settings import OPODSettings
 
 Log = Callable[[str], None]
@@ -270,14 +270,14 @@ async def atrain_opod(
     pool: Pool | str | Path | None = None,
     store: TraceStore | str | Path | None = None,
     progress: Log | None = None,
-    bar: bool = False,
+    bar: StepDisplay | None = None,
 ) -> OPODResult:
     """Train the orchestrator with OPOD on run ``run_id``; see the module docstring.
 
     After every step the LoRA, the optimizer state and the step counter are saved under
     ``OUT/checkpoint``; called again with the same ``out`` (and settings) it continues from
-    there, reusing ``judgments.jsonl`` instead of judging again. ``bar`` shows a rich
-    progress bar with an ETA on stderr (the log lines print above it).
+    there, reusing ``judgments.jsonl`` instead of judging again. ``bar`` draws a progress bar
+    with an ETA, the log lines above it (the CLI passes its rich bar on stderr).
     """
     from .records import load_records
 
@@ -295,7 +295,7 @@ async def atrain_opod(
     out_dir = Path(s.out)
     config = {"run": run_id, **s.record(), "judge": s.judge or the_pool.synthesizer, "pool": the_pool.source}
     state = read_state(out_dir, config)
-    with StepBar(s.steps, int(state["step"]) if state else 0, progress, show=bar, label="opod") as steps_bar:
+    with StepBar(s.steps, int(state["step"]) if state else 0, progress, display=bar, label="opod") as steps_bar:
         log = steps_bar.log
         judgments = await _judgments(records, s, the_pool, the_store, out_dir, log, resumed=state is not None)
         log(f"loading the policy ({'adapter ' + str(s.adapter) if s.adapter else 'base model, fresh LoRA'}) ...")
