@@ -7,7 +7,9 @@
 
 No package imports ``api`` or ``cli``; no module imports another package's private module or
 name (the leaves are shared by every layer); strategies reach the trace only through the run
-context; and no two modules import each other, directly or around a loop, even inside one package.
+context; no two modules import each other, directly or around a loop, even inside one package;
+and only the CLI imports the terminal libraries (typer, rich): the packages below it return
+plain data and take callbacks or protocols, and the CLI draws them.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import orchestrion
 ROOT = Path(orchestrion.__file__).parent
 SRC = ROOT.parent
 PACKAGES = ("models", "tools", "trace", "runtime", "strategies", "eval", "train", "serve")
+TERMINAL = ("typer", "rich")  # third-party libraries only the CLI imports
 LEAVES = ("_errors", "_lazy", "_paths", "_prompts", "_text", "status")
 LOWER = ("models", "tools", "runtime", "trace")
 UPPER = ("strategies", "eval", "train", "serve")
@@ -100,7 +103,26 @@ def _module_edges() -> list[Edge]:
     return list(edges.values())
 
 
+def _terminal_edges() -> list[Edge]:
+    """Every import of a terminal library (``TERMINAL``), one edge per statement and library module."""
+    edges: list[Edge] = []
+    for path in sorted(ROOT.rglob("*.py")):
+        module = _module_name(path)
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                names = [node.module]
+            else:
+                continue
+            where = f"{path.relative_to(SRC.parent)}:{node.lineno}"
+            edges += [Edge(_unit(module), n.split(".")[0], where, n, module) for n in names
+                      if n.split(".")[0] in TERMINAL]
+    return edges
+
+
 MODULE_EDGES = _module_edges()
+TERMINAL_EDGES = _terminal_edges()
 EDGES = list({Edge(e.source, e.target, e.where, e.text): None
               for e in MODULE_EDGES if e.source != e.target})  # between units
 
@@ -266,3 +288,22 @@ def test_no_import_loop_between_modules() -> None:
 def test_the_loop_check_sees_the_known_imports() -> None:
     assert any(e.module == "orchestrion.runtime.episode" and e.text == "orchestrion.runtime.synthesis"
                for e in MODULE_EDGES)
+
+
+def _terminal_below_cli(e: Edge) -> bool:
+    """Whether ``e`` is a terminal-library import outside the CLI."""
+    return e.target in TERMINAL and e.source != "cli"
+
+
+def test_only_the_cli_imports_typer_or_rich() -> None:
+    _check([e for e in TERMINAL_EDGES if _terminal_below_cli(e)],
+           "module below the CLI imports a terminal library (return plain data; the CLI draws it)")
+
+
+def test_the_terminal_rule_sees_terminal_imports() -> None:
+    # guards against a scan that finds nothing and a rule that can never fail
+    assert any(e.source == "cli" and e.target == "typer" for e in TERMINAL_EDGES)
+    assert any(e.source == "cli" and e.text == "rich.progress" for e in TERMINAL_EDGES)  # a from-import
+    assert _terminal_below_cli(Edge("eval", "rich", "x.py:1", "rich.table", "orchestrion.eval.summary"))
+    assert _terminal_below_cli(Edge("models", "typer", "x.py:1", "typer", "orchestrion.models.pool"))
+    assert not _terminal_below_cli(Edge("cli", "rich", "x.py:1", "rich.table", "orchestrion.cli._render"))
