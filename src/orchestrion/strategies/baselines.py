@@ -28,7 +28,7 @@ from ..models.types import GenerateConfig, msg
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
-from ..runtime.synthesis import synthesize
+from ..runtime.synthesis import answer_directly, synthesize
 from ..tools.agents import majority
 from .base import Answer, EpisodeStatus, Strategy, Task, register
 
@@ -85,8 +85,7 @@ class Direct(Strategy):
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
-        out = await ctx.generate([msg("user", render("direct", task=task.prompt))], config=_config(ctx, opts),
-                                 name="answer")
+        out = await answer_directly(task.prompt, ctx, config=_config(ctx, opts))
         return Answer(out.text.strip(), meta={"model": out.model})
 
 
