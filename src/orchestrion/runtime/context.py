@@ -140,6 +140,15 @@ class RunContext:
         child.results = self.results  # one list: the grounding rate sees every call of the episode
         return child
 
+    def with_options(self, options: StrategyOptions) -> RunContext:
+        """The same episode with another strategy's options: what a strategy that runs another
+        inside its episode (``auto``) hands it. Decisions replayed so far stay counted."""
+        child = RunContext(self.pool, self.tools, self.tracer, self.budget, options, answer=self.answer,
+                           task=self.task)
+        child.results = self.results
+        child._decision_calls = self._decision_calls
+        return child
+
     def temperature(self, role: Role) -> float:
         """The sampling temperature of ``role``: option ``ROLE_temperature``, else the pool's
         ``temperature:`` block, else 0 (greedy)."""

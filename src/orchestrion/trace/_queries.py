@@ -197,6 +197,22 @@ class TraceQueries:
         return self.query("SELECT id, task, meta FROM episodes WHERE finished = 1 AND meta LIKE '%\"score\"%' "
                           "ORDER BY ended DESC LIMIT ?", (limit,))
 
+    def scored_history(self, limit: int, split: str | None = None) -> list[dict[str, Any]]:
+        """``id``, ``strategy``, ``task`` and ``meta`` (decoded) and ``cost_units`` of finished episodes
+        whose meta has a score, latest ended first; with ``split``, only those whose task's
+        ``metadata.split`` is ``split`` (filtered in the database: no other episode is read)."""
+        sql = ("SELECT id, strategy, task, meta, cost_units FROM episodes WHERE finished = 1 "
+               "AND json_extract(meta, '$.score') IS NOT NULL")
+        params: list[Any] = []
+        if split is not None:
+            sql += " AND json_extract(task, '$.metadata.split') = ?"
+            params.append(split)
+        rows = self.query(sql + " ORDER BY ended DESC LIMIT ?", (*params, limit))
+        for row in rows:
+            row["task"] = orjson.loads(row["task"]) if row.get("task") else {}
+            row["meta"] = orjson.loads(row["meta"]) if row.get("meta") else {}
+        return rows
+
     # -- spans, events, decisions -------------------------------------------------------------
     def spans(self, episode_id: str, *, kinds: Sequence[str] | None = None, exclude_kinds: Sequence[str] = (),
               since: float | None = None, attrs: bool = True) -> list[dict[str, Any]]:
