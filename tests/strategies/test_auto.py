@@ -51,8 +51,9 @@ def test_neighbours_decide_per_kind_of_task() -> None:
     history = (outcomes(SORT, "program:big", [1, 1, 1], 3.0) + outcomes(SORT, "direct:big", [0, 0, 0], 1.0)
                + outcomes(COUNT, "program:big", [0, 0, 0], 3.0) + outcomes(COUNT, "direct:big", [1, 1, 1], 1.0))
     arms = ["direct:big", "program:big"]
-    assert choose_arm(SORT.format("m n"), history, arms, k=3).arm == "program:big"
-    assert choose_arm(COUNT.format(9), history, arms, k=3).arm == "direct:big"
+    for k in (3, 20):  # with k=20 every past prompt is among the k nearest: the similarity cutoff separates them
+        assert choose_arm(SORT.format("m n"), history, arms, k=k).arm == "program:big"
+        assert choose_arm(COUNT.format(9), history, arms, k=k).arm == "direct:big"
 
 
 # -- the strategy, on a real store and scripted models -----------------------------------------------

@@ -11,7 +11,8 @@ it answered on (``meta.result.model``, for strategies that take a ``model`` opti
 Choice (pure, in :func:`choose_arm`):
 
 1. the ``k`` past task prompts most similar to the new one (TF-IDF cosine, numbers as one
-   token, :func:`orchestrion.tools.nearest`) are its neighbours;
+   token, :func:`orchestrion.tools.nearest`), less those under ``relative_similarity`` times
+   the nearest one's similarity (a task of another kind is no neighbour), are its neighbours;
 2. history is thin when there are no neighbours, or a candidate arm has fewer than
    ``min_trials`` scored episodes on them: then ``auto`` explores, running the least-tried
    candidate (ties: the candidates' order, whose first is ``direct`` on the orchestrator);
@@ -92,7 +93,7 @@ def _stats(scores: list[float], costs: list[float]) -> ArmStats:
 
 
 def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str], *, k: int = 8,
-               min_trials: int = 2, explore: bool = True) -> AutoChoice:
+               min_trials: int = 2, explore: bool = True, relative_similarity: float = 0.6) -> AutoChoice:
     """Pick the arm for ``query`` (see the module doc); ``candidates`` in preference order."""
     by_prompt: dict[str, list[Outcome]] = {}
     for h in history:
@@ -100,6 +101,7 @@ def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str]
             by_prompt.setdefault(h.prompt, []).append(h)
     prompts = list(by_prompt)
     found = nearest(query, prompts, k)
+    found = [(i, s) for i, s in found if s >= relative_similarity * found[0][1]]
     near = [o for i, _ in found for o in by_prompt[prompts[i]]]
     neighbours = [(prompts[i], s) for i, s in found]
     scores: dict[str, list[float]] = {}
@@ -176,6 +178,9 @@ class Auto(Strategy):
             default=None, description="candidate arms, 'strategy' or 'strategy:model', in preference order "
                                       "(default: direct, program and cot on the pool's models, and para)")
         k: int = Field(default=8, ge=1, description="nearest past task prompts whose episodes are compared")
+        relative_similarity: float = Field(
+            default=0.6, ge=0, le=1, description="a past prompt less similar than this times the nearest one's "
+                                                 "similarity is no neighbour")
         min_trials: int = Field(default=2, ge=1, description="episodes an arm needs on the neighbours before "
                                                              "auto stops exploring it")
         explore: bool = Field(default=True, description="run an arm that has too little history (else choose "
@@ -195,7 +200,7 @@ class Auto(Strategy):
         rows = await asyncio.to_thread(ctx.tracer.store.scored_history, opts.history_limit, opts.history_split)
         history = parse_outcomes(r for r in rows if r.get("id") != ctx.tracer.episode_id)
         choice = choose_arm(task.prompt, history, candidates, k=opts.k, min_trials=opts.min_trials,
-                            explore=opts.explore)
+                            explore=opts.explore, relative_similarity=opts.relative_similarity)
         ctx.tracer.event("auto_choice", {**choice.as_dict(), "history": len(history)})
         strategy, _, model = choice.arm.partition(":")
         child = ctx.with_options(self._arm_options(ctx, opts, strategy, model))
