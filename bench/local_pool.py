@@ -1,8 +1,14 @@
 """Strategies on the local pool against `direct` on each single model: the results table.
 
-For each BIG-bench task below, one evaluation run of the chosen strategies on the
-``local`` pool (SmolLM2-135M, Qwen2.5-Coder-0.5B, -1.5B as tiers 1-3), and one run of
-``direct`` on each model alone. Every run goes to one trace database; the script keeps
+Eight BIG-bench tasks, in two phases. First the history ``auto`` learns from: on the
+``@train`` side, ``direct`` on each model alone and ``--history`` (``program``) on the
+``local`` pool (SmolLM2-135M, Qwen2.5-Coder-0.5B, -1.5B as tiers 1-3). Then the table, on the
+``@test`` side: ``direct`` on each model alone and ``--table`` (``program``, ``auto``, ``cot``,
+``para``) on the local pool, one row at a time over every task, slowest last. It prints per-task
+tables, the mean over tasks, the difference from ``direct`` on the 1.5B model paired by example
+with its standard error and compute-unit ratio, and a per-task verdict for ``auto`` and ``para``.
+
+Every run goes to one trace database; the script keeps
 the run ids in ``OUT/state.json`` and, when started again, finishes unfinished runs
 (``orchestrion eval --resume`` underneath) and skips finished ones, so a long table can
 be built in parts. It prints markdown tables (per task, and averaged over tasks) and
@@ -16,8 +22,8 @@ per episode side by side.
 Run from the repository root, after ``orchestrion models pull`` and
 ``orchestrion datasets fetch bigbench``::
 
-    .venv/bin/python bench/local_pool.py                       # core strategies, 5 per task
-    .venv/bin/python bench/local_pool.py --strategies all --limit 2
+    .venv/bin/python bench/local_pool.py                       # 6 @train + 20 @test per task
+    .venv/bin/python bench/local_pool.py --train 3 --limit 4 --table program,auto,para
     .venv/bin/python bench/local_pool.py --kv-compare 4 --roles 5 --tasks none
 """
 
@@ -36,13 +42,19 @@ from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
 from orchestrion.eval.summary import StrategySummary
 from orchestrion.models.pool import PoolConfig
 from orchestrion.models.presets import LOCAL_MODELS
-from orchestrion.strategies.registry import get_strategy, strategies
+from orchestrion.strategies.registry import get_strategy
 
 TASKS = [
     "arithmetic/3_digit_multiplication", "arithmetic/2_digit_division",
     "object_counting", "word_sorting", "date_understanding", "logical_deduction",
+    "penguins_in_a_table", "temporal_sequences",
 ]
 CORE = ["direct", "cot", "para", "uno", "router"]
+STRONGEST = "qwen2.5-coder-1.5b"
+# what auto learns from on @train (each on the local pool; direct also on every model alone)
+HISTORY = ["program"]
+# the @test table, in the order they run (the slowest last: a short run still has every other row)
+TABLE = ["program", "auto", "cot", "para"]
 # bounded so that one slow episode cannot eat the run; a stop is recorded as budget_exceeded
 BUDGET = {"wall_s": 300}
 OPTIONS: dict[str, Any] = {"max_rounds": 4}
@@ -222,12 +234,117 @@ async def roles_compare(n: int, store: TraceStore, state: dict[str, str], state_
     print(_fmt(rows, f"Roles: para on {n} 3-digit products (executor = orchestrator)"))
 
 
+
+def _scores(store: TraceStore, run_id: str, strategy: str) -> dict[str, float]:
+    """Score per task id of the run's counted episodes of ``strategy`` (first epoch)."""
+    rows = store.query(
+        "SELECT task_id, json_extract(meta, '$.score') AS score FROM episodes WHERE run_id = ? AND strategy = ? "
+        "AND finished = 1 AND epoch = 0 AND status NOT IN ('interrupted', 'cancelled', 'retried')", (run_id, strategy))
+    return {r["task_id"]: float(r["score"] or 0.0) for r in rows}
+
+
+def _paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, int]:
+    """Mean of a - b over the examples both have, its standard error, and how many."""
+    common = sorted(set(a) & set(b))
+    n = len(common)
+    if n == 0:
+        return 0.0, math.inf, 0
+    d = [a[t] - b[t] for t in common]
+    mean = sum(d) / n
+    var = sum((x - mean) ** 2 for x in d) / (n - 1) if n > 1 else 0.0
+    return mean, math.sqrt(var / n), n
+
+
+def _verdict(diff: float, se: float, n: int) -> str:
+    if n < 2:
+        return "too few examples to judge"
+    if diff >= 0 and diff > se:
+        return f"above direct by more than 1 se ({diff:+.2f} ± {se:.2f})"
+    if diff >= -se:
+        return f"not below direct minus 1 se ({diff:+.2f} ± {se:.2f})"
+    return f"BELOW direct minus 1 se ({diff:+.2f} ± {se:.2f})"
+
+
+async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, str], state_path: Path) -> None:
+    """History on @train, then the @test table, then verdicts against direct on the strongest model."""
+    tasks = [] if args.tasks == "none" else args.tasks.split(",")
+    auto_opts = {"arm_options": {"para": _options(["para"])}, "arms": [
+        f"direct:{STRONGEST}", f"program:{STRONGEST}", *(f"direct:{m}" for m in LOCAL_MODELS if m != STRONGEST),
+        *([f"cot:{STRONGEST}"] if "cot" in args.history else []), *(["para"] if "para" in args.history else [])]}
+
+    async def one(task: str, split: str, limit: int, strategy: str, model: str | None) -> tuple[str, str]:
+        label = f"direct on {model}" if model else f"{strategy} (local pool)"
+        opts = auto_opts if strategy == "auto" else _options([strategy])
+        config = EvalConfig(dataset=f"bigbench:{task}@{split}", strategies=[strategy], limit=limit, seed=args.seed,
+                            concurrency=1, pool=model or "local", budget=BUDGET, options=opts)
+        key = f"{split}/{task}/{strategy}@{model or 'local'}/{limit}"
+        return label, await _run(key, config, PoolFactory(only=model), store, state, state_path)
+
+    history = [(s, None) for s in args.history] + [("direct", m) for m in LOCAL_MODELS]
+    for task in tasks:  # phase 1: what auto learns from
+        for strategy, model in history:
+            await one(task, "train", args.train, strategy, model)
+    runs: dict[str, dict[str, tuple[str, str]]] = {t: {} for t in tasks}
+    plan = [("direct", m) for m in LOCAL_MODELS] + [(s, None) for s in args.table]
+    for strategy, model in plan:  # phase 2: the table, one row at a time over every task
+        for task in tasks:
+            label, run_id = await one(task, "test", args.limit, strategy, model)
+            runs[task][label] = (run_id, strategy)
+    _report(store, runs, args)
+
+
+def _report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]], args: argparse.Namespace) -> None:
+    base_label = f"direct on {STRONGEST}"
+    per_task: dict[str, list[dict[str, Any]]] = {}
+    verdicts: list[str] = []
+    diffs: dict[str, list[tuple[float, float]]] = {}
+    units: dict[str, list[float]] = {}
+    for task, labels in runs.items():
+        rows = []
+        base = _scores(store, *labels[base_label]) if base_label in labels else {}
+        for label, (run_id, strategy) in labels.items():
+            for s in summarize(store, run_id):
+                row = _row(label, s)
+                row["units"] = s.cost_units / max(1, s.episodes)
+                rows.append(row)
+                units.setdefault(label, []).append(row["units"])
+            if label != base_label and base:
+                diff, se, n = _paired(_scores(store, run_id, strategy), base)
+                diffs.setdefault(label, []).append((diff, se))
+                if strategy in ("auto", "para"):
+                    verdicts.append(f"| {task} | {label} | {_verdict(diff, se, n)} |")
+        per_task[task] = rows
+        print(_fmt(rows, f"bigbench:{task}@test, {args.limit} examples, seed {args.seed}"), flush=True)
+    if not per_task:
+        return
+    avg = _average(per_task)
+    print(_fmt(avg, "Mean over tasks (se: combined from the per-task standard errors)"))
+    print("\n**Against direct on the 1.5B model, paired by example** (mean over tasks of the per-task "
+          "difference; se combined from the per-task paired standard errors; compute units per episode "
+          "as a multiple of direct's)\n")
+    print("| strategy | tasks | mean difference ± se | compute units × direct |\n|---|---|---|---|")
+    base_units = sum(units.get(base_label, [0.0])) / max(1, len(units.get(base_label, [])))
+    for label, ds in diffs.items():
+        k = len(ds)
+        mean = sum(d for d, _ in ds) / k
+        se = math.sqrt(sum(e ** 2 for _, e in ds if math.isfinite(e))) / k
+        ratio = (sum(units[label]) / len(units[label])) / base_units if base_units else math.inf
+        print(f"| {label} | {k} | {mean:+.3f} ± {se:.3f} | {ratio:.1f}× |")
+    print("\n**Per-task verdicts (auto and para against direct on the 1.5B model)**\n")
+    print("| task | strategy | verdict |\n|---|---|---|")
+    print("\n".join(verdicts))
+    _plot(avg, args.out / "accuracy_cost.png")
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--limit", type=int, default=5, help="examples per task (default 5)")
+    ap.add_argument("--limit", type=int, default=20, help="@test examples per task (default 20)")
+    ap.add_argument("--train", type=int, default=6, help="@train examples per task that auto learns from (default 6)")
     ap.add_argument("--tasks", default=",".join(TASKS), help="comma-separated BIG-bench tasks, or 'none'")
-    ap.add_argument("--strategies", default="core", help=f"'core' ({','.join(CORE)}), 'all', or a comma-separated list")
-    ap.add_argument("--no-single", action="store_true", help="skip `direct` on each single model")
+    ap.add_argument("--history", default=",".join(HISTORY),
+                    help="strategies run on @train for auto's history, besides direct on each model")
+    ap.add_argument("--table", default=",".join(TABLE), help="strategies of the @test table, besides direct "
+                                                              "on each model (slowest last)")
     ap.add_argument("--kv-compare", type=int, default=0, metavar="N",
                     help="first compare state cache off/on on N episodes")
     ap.add_argument("--roles", type=int, default=0, metavar="N",
@@ -235,46 +352,20 @@ async def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=Path("bench/out/local_pool"))
     args = ap.parse_args()
+    args.history = [s for s in args.history.split(",") if s]
+    args.table = [s for s in args.table.split(",") if s]
     args.out.mkdir(parents=True, exist_ok=True)
     store = TraceStore(args.out / "traces.db")
     state_path = args.out / "state.json"
     state = _load_state(state_path)
-    if args.kv_compare:
-        await kv_compare(args.kv_compare, store, state, state_path)
-    if args.roles:
-        await roles_compare(args.roles, store, state, state_path)
-    names = (
-        sorted(strategies())
-        if args.strategies == "all"
-        else CORE
-        if args.strategies == "core"
-        else args.strategies.split(",")
-    )
-    tasks = [] if args.tasks == "none" else args.tasks.split(",")
-    per_task: dict[str, list[dict[str, Any]]] = {}
-    for task in tasks:
-        dataset = f"bigbench:{task}"
-        rows: list[dict[str, Any]] = []
-        if not args.no_single:
-            for model in LOCAL_MODELS:
-                config = EvalConfig(dataset=dataset, strategies=["direct"], limit=args.limit, seed=args.seed,
-                                    concurrency=1, pool=model, budget=BUDGET, options=_options(["direct"]))
-                run_id = await _run(f"{task}/direct@{model}/{args.limit}", config, PoolFactory(only=model), store,
-                                    state, state_path)
-                rows += [_row(f"direct on {model}", s) for s in summarize(store, run_id)]
-        config = EvalConfig(dataset=dataset, strategies=names, limit=args.limit, seed=args.seed, concurrency=1,
-                            pool="local", budget=BUDGET, options=_options(names))
-        run_id = await _run(f"{task}/local/{','.join(names)}/{args.limit}", config, PoolFactory(), store, state,
-                            state_path)
-        rows += [_row(f"{s.strategy} (local pool)", s) for s in summarize(store, run_id)]
-        per_task[task] = rows
-        print(_fmt(rows, f"bigbench:{task}, {args.limit} examples, seed {args.seed}"), flush=True)
-    if per_task:
-        avg = _average(per_task)
-        print(_fmt(avg, "Mean over tasks (se: combined from the per-task standard errors)"))
-        _plot(avg, args.out / "accuracy_cost.png")
-        print(f"\nplot: {args.out / 'accuracy_cost.png'}; traces: {args.out / 'traces.db'} (orchestrion view --db ...)")
-    store.close()
+    try:
+        if args.kv_compare:
+            await kv_compare(args.kv_compare, store, state, state_path)
+        if args.roles:
+            await roles_compare(args.roles, store, state, state_path)
+        await table(args, store, state, state_path)
+    finally:
+        store.close()
 
 
 if __name__ == "__main__":

@@ -7,7 +7,7 @@ from typing import Any
 
 from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve
 from orchestrion.runtime.synthesis import Evidence, ground
-from tests.helpers import SlowTool
+from tests.helpers import CrashTool, SlowTool
 
 
 def action(calls: list[dict[str, Any]], final: bool = False) -> str:
@@ -72,12 +72,56 @@ async def test_role_temperatures_come_from_options_then_the_pool(store: TraceSto
 
     def reply(messages: Any, config: Any) -> str:
         temps.append((config.json_schema is not None, config.temperature))
-        return action([], True) if config.json_schema is not None else "Answer: 1"
+        if config.json_schema is not None:  # one call (a result to synthesise from), then stop
+            return action([{"tool": "slow", "input": "x"}], len(temps) > 1)
+        return "Answer: 1"
 
     pool = Pool.from_models([ScriptedModel(reply, name="orch")])
     pool.config = pool.config.model_copy(
         update={"temperature": pool.config.temperature.model_copy(update={"synthesis": 0.3})}
     )
-    await solve("q", strategy="para", pool=pool, tools=ToolRegistry([]), store=store,
-                options={"decision_temperature": 0.9})
+    await solve("q", strategy="para", pool=pool, tools=ToolRegistry([SlowTool(0.0, reply=lambda t: "1")]),
+                store=store, options={"decision_temperature": 0.9})
     assert (True, 0.9) in temps and (False, 0.3) in temps
+
+
+async def test_an_episode_without_results_answers_exactly_as_direct(store: TraceStore) -> None:
+    """No evidence, no harm: para that stops at once, and para whose only call failed, answer
+    with direct's prompt and decoding on the synthesizer; no [Rn] instructions appear."""
+    seen: list[tuple[str, float, int]] = []
+
+    def reply(messages: Any, config: Any) -> str:
+        if config.json_schema is not None:
+            return action([], True)
+        seen.append((messages[-1]["content"], config.temperature, config.max_tokens))
+        return "Reasoning.\nAnswer: (B)"
+
+    pool = Pool.from_models([ScriptedModel(reply, name="orch")])
+    para = await solve("Which? (A) x (B) y", strategy="para", pool=pool, tools=ToolRegistry([]), store=store)
+    direct = await solve("Which? (A) x (B) y", strategy="direct", pool=pool, store=store)
+    assert para.answer == direct.answer == "Reasoning.\nAnswer: (B)"
+    assert len(seen) == 2 and seen[0] == seen[1] and "[R1]" not in seen[0][0]
+    span = next(s for s in store.spans(para.trace_id) if s.kind == "answer")
+    assert span.attrs_value()["direct"] is True
+
+
+async def test_failed_calls_are_no_evidence_but_one_result_is(store: TraceStore) -> None:
+    prompts: list[str] = []
+    tool = "crash"
+
+    def reply(messages: Any, config: Any) -> str:
+        if config.json_schema is not None:
+            decided = sum(1 for p in prompts if p == "decision")
+            prompts.append("decision")
+            return action([{"tool": tool, "input": "x"}]) if decided == 0 else action([], True)
+        prompts.append(messages[-1]["content"])
+        return "Answer: [R1]"
+
+    res = await solve("q", strategy="para", pool=Pool.from_models([ScriptedModel(reply, name="o")]),
+                      tools=ToolRegistry([CrashTool()]), store=store)
+    assert res.status == "ok" and prompts[-1].startswith("Answer the question below")  # direct's prompt
+    prompts.clear()
+    tool = "slow"
+    res = await solve("q", strategy="para", pool=Pool.from_models([ScriptedModel(reply, name="o")]),
+                      tools=ToolRegistry([SlowTool(0.0, reply=lambda t: "7")]), store=store)
+    assert res.answer == "Answer: 7" and "[R1]" in prompts[-1]

@@ -61,12 +61,20 @@ def test_text_pieces_rejoin_exactly() -> None:
 async def test_only_the_first_synthesis_streams_and_the_rest_is_sent_at_the_end(store: TraceStore) -> None:
     got: list[str] = []
     channel = AnswerChannel(got.append)
-    res = await solve("What is 2+3?", strategy="direct", pool=Pool.from_models([ScriptedModel(["5 it is"])]),
+    res = await solve("What is 2+3?", strategy="cot", pool=Pool.from_models([ScriptedModel(["5 it is"])]),
                       store=store, answer=channel)
-    assert res.answer == "5 it is" and not channel.claimed and got == []  # direct has no synthesis: not streamed
+    assert res.answer == "5 it is" and not channel.claimed and got == []  # cot has no synthesis: not streamed
     assert channel.claim() and not channel.claim()
     assert channel.finish("5 it is", "stop") and "".join(got) == "5 it is" and channel.finish_reason == "stop"
     assert not channel.finish("something else", "stop")  # a stream that went astray is reported
+
+
+async def test_direct_streams_its_answer(store: TraceStore) -> None:
+    got: list[str] = []
+    channel = AnswerChannel(got.append)
+    res = await solve("What is 2+3?", strategy="direct", pool=Pool.from_models([ScriptedModel([" 5 it is "])]),
+                      store=store, answer=channel)
+    assert res.answer == "5 it is" and channel.claimed and "".join(got) == "5 it is"
 
 
 @pytest.mark.integration

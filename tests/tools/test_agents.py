@@ -1,7 +1,16 @@
 from __future__ import annotations
 
+import json
+from typing import Any
+
+from pydantic import BaseModel
+
+from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve
+from orchestrion._prompts import render
 from orchestrion._text import normalize
-from orchestrion.tools.agents import majority
+from orchestrion.tools.agents import CoderAgent, ReasonerAgent, SolveDirectlyAgent, majority
+from orchestrion.tools.envelope import ToolResult, ToolStatus
+from orchestrion.tools.registry import Tool
 
 
 def test_votes_normalise_case_punctuation_articles_and_final_full_stop() -> None:
@@ -14,3 +23,97 @@ def test_majority_and_ties() -> None:
     assert majority(["15", "16", "15."]) == ("15", 2)
     assert majority(["a", "b"]) == ("a", 1)
     assert majority([]) == ("", 0)
+
+
+# -- the original task beside a subtask, solve_directly, the coder's retry (scripted model, fake python tool) --
+
+async def _episode(strategy_calls: list[dict[str, Any]], replies: Any, tools: list[Any], store: TraceStore,
+                   task: str = "Sort: pear apple. End with Answer: ...") -> tuple[Any, ScriptedModel]:
+    """A para episode whose first decision makes ``strategy_calls``, then stops; other calls get ``replies``."""
+    decided: list[int] = []
+
+    def reply(messages: Any, config: Any) -> str:
+        if config.json_schema is not None:
+            decided.append(1)
+            return json.dumps({"calls": strategy_calls if len(decided) == 1 else [], "final": len(decided) > 1})
+        return replies(messages, config)
+
+    model = ScriptedModel(reply, name="m")
+    res = await solve(task, strategy="para", pool=Pool.from_models([model]), tools=ToolRegistry(tools), store=store)
+    return res, model
+
+
+class FakePython(Tool):
+    """Stands in for the sandbox: replies from a list, in call order."""
+
+    name = "python"
+    description = "fake"
+
+    class Args(BaseModel):
+        code: str
+        timeout_s: float = 10
+
+    def __init__(self, outcomes: list[ToolResult]) -> None:
+        self.outcomes = outcomes
+        self.codes: list[str] = []
+
+    async def run(self, args: Any, ctx: Any, model: str | None) -> ToolResult:
+        self.codes.append(args.code)
+        return self.outcomes[len(self.codes) - 1]
+
+
+async def test_an_agent_gets_the_original_task_verbatim_beside_a_paraphrase(store: TraceStore) -> None:
+    prompts: list[str] = []
+
+    def replies(messages: Any, config: Any) -> str:
+        prompts.append(messages[-1]["content"])
+        return "apple pear"
+
+    task = "Sort: pear apple. End with Answer: ..."
+    await _episode([{"tool": "reasoner", "input": "order two fruits"}], replies, [ReasonerAgent()], store, task)
+    agent_prompt = next(p for p in prompts if "Subtask: order two fruits" in p)
+    assert task in agent_prompt  # the paraphrase did not lose the format line
+    prompts.clear()
+    await _episode([{"tool": "reasoner", "input": task}], replies, [ReasonerAgent()], store, task)
+    agent_prompt = next(p for p in prompts if "Subtask:" in p)
+    assert agent_prompt.count(task) == 1  # the subtask is the task: not shown twice
+
+
+async def test_solve_directly_sends_the_unchanged_task_with_directs_prompt(store: TraceStore) -> None:
+    prompts: list[str] = []
+
+    def replies(messages: Any, config: Any) -> str:
+        prompts.append(messages[-1]["content"])
+        return "Answer: apple pear" if "Question:" in messages[-1]["content"] else "Answer: [R1]"
+
+    task = "Sort: pear apple. End with Answer: ..."
+    res, _ = await _episode([{"tool": "solve_directly", "input": "sort it"}], replies, [SolveDirectlyAgent()], store,
+                            task)
+    assert prompts[0] == render("direct", task=task) and res.answer == "Answer: apple pear"
+    [span] = [s for s in store.spans(res.trace_id) if s.kind == "agent"]
+    assert span.attrs_value()["tool"] == "solve_directly"
+
+
+async def test_the_coder_retries_a_failed_run_once_with_its_error(store: TraceStore) -> None:
+    prompts: list[list[Any]] = []
+
+    def replies(messages: Any, config: Any) -> str:
+        prompts.append(messages)
+        return "```python\nprint(sorted(['pear', 'apple']))\n```"
+
+    fake = FakePython([ToolResult(status=ToolStatus.EXEC_ERROR, error="NameError: x"),
+                       ToolResult(output="['apple', 'pear']")])
+    res, _ = await _episode([{"tool": "coder", "input": "sort"}], replies, [CoderAgent(), fake], store)
+    assert len(fake.codes) == 2
+    retry = prompts[1]
+    assert retry[-1]["role"] == "user" and "NameError: x" in retry[-1]["content"] and retry[-2]["role"] == "assistant"
+    [span] = [s for s in store.spans(res.trace_id) if s.kind == "agent"]
+    assert span.status == "ok"
+
+
+async def test_the_coder_gives_up_after_one_retry_and_an_empty_print_is_a_failure(store: TraceStore) -> None:
+    fake = FakePython([ToolResult(output=""), ToolResult(output="  ")])
+    res, _ = await _episode([{"tool": "coder", "input": "sort"}], lambda m, c: "print()", [CoderAgent(), fake], store)
+    assert len(fake.codes) == 2
+    [span] = [s for s in store.spans(res.trace_id) if s.kind == "agent"]
+    assert span.status == "exec_error" and "printed nothing" in span.attrs_value()["error"]

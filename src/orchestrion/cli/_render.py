@@ -83,6 +83,10 @@ def episode_tree(store: TraceStore, episode_id: str) -> Tree:
         root.add(escape(f"answer: {_short(ep.answer, 200)}"))
     if ep.error:
         root.add(f"[red]{escape('error: ' + ep.error)}[/red]")
+    for event in store.events(ep.id):
+        if event.kind == "auto_choice":  # why auto ran what it ran
+            choice = event.data_value() or {}
+            root.add(escape(f"auto chose {choice.get('arm')}: {choice.get('reason')}"))
     t0 = ep.started
     nodes: dict[str | None, Tree] = {}
     children: dict[str | None, list[SpanRow]] = {}

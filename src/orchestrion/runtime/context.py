@@ -83,8 +83,11 @@ class RunContext:
         options: Mapping[str, Any] | StrategyOptions | None = None,
         *,
         answer: AnswerChannel | None = None,
+        task: str | None = None,
     ) -> None:
         self.pool = pool
+        # the task as the user wrote it: agent tools get it verbatim beside their subtask
+        self.task = task
         self.tools = tools
         self.tracer = tracer
         self.budget = budget
@@ -105,6 +108,11 @@ class RunContext:
     def options(self) -> dict[str, Any]:
         """The options set for this episode (CLI/API over the pool's strategy YAML), as a dict."""
         return self.strategy_options.model_dump(exclude_unset=True)
+
+    @property
+    def original_task(self) -> str | None:
+        """The episode's task text as given (None for a context built without one)."""
+        return self.task
 
     def options_as(self, cls: type[OptionsT]) -> OptionsT:
         """The episode's options as ``cls`` (a strategy's ``Options``): typed, defaults filled in.
@@ -127,8 +135,18 @@ class RunContext:
 
     def with_tools(self, tools: ToolRegistry) -> RunContext:
         """The same episode (pool, tracer, budget, options, answer channel, recorded results) with other tools."""
-        child = RunContext(self.pool, tools, self.tracer, self.budget, self.strategy_options, answer=self.answer)
+        child = RunContext(self.pool, tools, self.tracer, self.budget, self.strategy_options, answer=self.answer,
+                           task=self.task)
         child.results = self.results  # one list: the grounding rate sees every call of the episode
+        return child
+
+    def with_options(self, options: StrategyOptions) -> RunContext:
+        """The same episode with another strategy's options: what a strategy that runs another
+        inside its episode (``auto``) hands it. Decisions replayed so far stay counted."""
+        child = RunContext(self.pool, self.tools, self.tracer, self.budget, options, answer=self.answer,
+                           task=self.task)
+        child.results = self.results
+        child._decision_calls = self._decision_calls
         return child
 
     def temperature(self, role: Role) -> float:
@@ -282,6 +300,12 @@ class RunContext:
             return cfg
         return replace(cfg, seed=decision_seed(seed, index))
 
+    def record_result(self, text: str) -> None:
+        """Keep one result of a tool, agent tool or sub-agent (what grounding and the
+        no-evidence rule of :mod:`~orchestrion.runtime.synthesis` read); blank text is not one."""
+        if text.strip() and len(self.results) < MAX_RESULTS_KEPT:
+            self.results.append(text.strip()[:2000])
+
     # -- tool calls ----------------------------------------------------------------
     async def call_tool(
         self, name: str, args: dict[str, Any] | None, *, model: str | None = None, label: str | None = None
@@ -297,8 +321,8 @@ class RunContext:
             span.set(status=result.status.value, output=result.output[:4000], error=result.error)
             span.status = result.status
         if result.status is ToolStatus.OK:
-            if len(self.results) < MAX_RESULTS_KEPT and not result.data.get("empty"):
-                self.results.append(result.output.strip()[:2000])
+            if not result.data.get("empty"):
+                self.record_result(result.output)
             result.input_tokens = result.input_tokens or span.usage.input_tokens
             result.output_tokens = result.output_tokens or span.usage.output_tokens
             result.cost_usd = span.usage.cost_usd

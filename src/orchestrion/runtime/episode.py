@@ -153,7 +153,7 @@ def _build(task: str | Task, strategy: EpisodeStrategy, args: EpisodeArgs) -> _E
     the_id = args.get("episode_id") or new_id()
     tracker = BudgetTracker(args.get("budget"))
     ctx = RunContext(the_pool, args.get("tools") or default_tools(), Tracer(the_store, the_id), tracker, settings,
-                     answer=args.get("answer"))
+                     answer=args.get("answer"), task=the_task.prompt)
     started = time.time()
     the_store.start_episode(
         the_id, run_id=args.get("run_id"), task_id=the_task.id, epoch=args.get("epoch", 0), strategy=strategy.name,

@@ -124,6 +124,8 @@ class SubAgent:
                 report = await self._step()
                 if report is not None:
                     self.ctx.tracer.event("subagent_message", report.__dict__)
+                    if report.kind == "finish":  # a finished sub-agent's answer is an agent result
+                        self.ctx.record_result(report.answer)
                     return report
             report = SubAgentReport("exhausted", self.name, status="step budget used up", steps=self.steps_used)
             self.ctx.tracer.event("subagent_message", report.__dict__)

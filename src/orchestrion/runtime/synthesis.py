@@ -13,6 +13,13 @@ resolved, so the pieces joined are exactly the final answer), and, when the chan
 a JSON answer, writes it through the structured-output path: the backend's constrained
 decoding where it has one, else the schema in the prompt and bounded repairs. An episode
 that ends without a synthesis gets one JSON-conforming synthesis from :func:`conform_answer`.
+
+No evidence, no harm (invariant 9): an episode none of whose tool or agent calls returned a
+result (``ctx.results`` is empty) is answered by :func:`answer_directly`, the ``direct``
+baseline's own prompt and decoding on the synthesizer model, so orchestrating that found
+nothing never answers worse than not orchestrating. An orchestrator's own final answer goes
+through :func:`settle_answer`: kept when a result supports it, else synthesised from the
+results, else answered directly.
 """
 
 from __future__ import annotations
@@ -25,9 +32,9 @@ from typing import Any
 import orjson
 
 from .._prompts import render
-from .._text import extract_json
+from .._text import contains_phrase, extract_answer, extract_json
 from ..models.structured import repair_messages, schema_prompt
-from ..models.types import Completion, Message, msg
+from ..models.types import Completion, GenerateConfig, Message, msg
 from .answer import AnswerChannel
 from .context import RunContext
 
@@ -174,14 +181,72 @@ def _bare_pending(line: str) -> bool:
     return not low or _BARE_SOON.fullmatch(low) is not None
 
 
-async def synthesize(task: str, results: Sequence[str | Evidence], ctx: RunContext) -> str:
+def direct_config(ctx: RunContext) -> GenerateConfig:
+    """The ``direct`` baseline's decoding with the episode's options: agent temperature, the
+    ``max_tokens`` and ``seed`` options."""
+    opts = ctx.strategy_options
+    return GenerateConfig(max_tokens=opts.max_tokens, temperature=ctx.temperature("agent"), seed=opts.seed)
+
+
+async def answer_directly(task: str, ctx: RunContext, *, model: str | None = None,
+                          config: GenerateConfig | None = None, name: str = "answer") -> Completion:
+    """The ``direct`` baseline's one call: its prompt, on ``model`` (default: the orchestrator).
+    ``config`` defaults to :func:`direct_config`. With ``on_text`` unset and a live answer
+    channel that wants plain text, the answer streams into it."""
+    cfg = config or direct_config(ctx)
+    channel = ctx.answer
+    live = channel if channel is not None and channel.json_schema is None and cfg.on_text is None \
+        and channel.claim() else None
+    streamer = GroundedStream([], live.emit) if live is not None else None
+    out = await ctx.generate([msg("user", render("direct", task=task))], model=model,
+                             config=replace(cfg, on_text=streamer.feed) if streamer else cfg, name=name)
+    if live is not None:
+        live.finish(out.text.strip(), out.finish_reason)
+    return out
+
+
+async def _no_evidence_answer(task: str, ctx: RunContext, reason: str) -> str:
+    model = ctx.strategy_options.synthesizer or ctx.pool.synthesizer
+    with ctx.tracer.span("answer", "synthesis", results=0, direct=True, reason=reason) as span:
+        out = await answer_directly(task, ctx, model=model, name="synthesis (direct)")
+        text = out.text.strip()
+        span.set(output=text)
+    return text
+
+
+def supported(answer: str, outputs: Sequence[str]) -> bool:
+    """Whether ``answer`` (its marked answer line, else the whole text) appears, normalised, in
+    one of ``outputs``: a result supports it."""
+    key = (extract_answer(answer) or answer).strip()
+    return bool(key) and any(contains_phrase(o, key) for o in outputs)
+
+
+async def settle_answer(task: str, answer: str, results: Sequence[str | Evidence], ctx: RunContext) -> str:
+    """An orchestrator's own final answer (proactive's ``complete``), grounded like a synthesis:
+    with no tool or agent result, the direct answer; kept when a result supports it; else
+    recorded as unsupported (event ``unsupported_answer``) and synthesised from the results."""
+    if not ctx.results:
+        ctx.tracer.event("unsupported_answer", {"answer": answer[:500], "reason": "no results"})
+        return await _no_evidence_answer(task, ctx, "the orchestrator answered without any result")
+    if supported(answer, ctx.results):
+        return answer
+    ctx.tracer.event("unsupported_answer", {"answer": answer[:500], "reason": "no result supports it"})
+    return await synthesize(task, results, ctx)
+
+
+async def synthesize(task: str, results: Sequence[str | Evidence], ctx: RunContext, *,
+                     direct_without_results: bool = True) -> str:
     """Turn a trajectory's results into the final answer on the synthesis model.
 
     The last :data:`MAX_RESULTS` results are shown, labelled; citations in the reply are
     replaced by the results they name, and recorded on the synthesis span (``cited``).
     With an :class:`AnswerChannel` set, the answer streams into it (first synthesis only)
-    and follows its JSON format.
+    and follows its JSON format. When no tool or agent call of the episode returned a result
+    (and ``direct_without_results``), the answer is :func:`answer_directly`'s on the
+    synthesizer instead: the results shown then are only failures or the orchestrator's words.
     """
+    if direct_without_results and not ctx.results:
+        return await _no_evidence_answer(task, ctx, "no tool or agent result")
     shown = [r if isinstance(r, Evidence) else Evidence(r) for r in results][-MAX_RESULTS:]
     body = "\n".join(f"[R{i}] {e.text}" for i, e in enumerate(shown, 1))
     results_text = body or "(no results: answer from your own knowledge)"
@@ -261,4 +326,5 @@ async def conform_answer(task: str, answer: str, ctx: RunContext) -> str:
     try:
         return json_answer(answer.strip(), channel.json_schema)
     except ValueError:
-        return await synthesize(task, [Evidence(f"the answer found: {answer.strip()[:1500]}")], ctx)
+        return await synthesize(task, [Evidence(f"the answer found: {answer.strip()[:1500]}")], ctx,
+                                direct_without_results=False)

@@ -1,6 +1,7 @@
 """Baselines: single-model strategies to compare orchestration against.
 
-- ``direct``: one call, no tools.
+- ``direct``: one call, no tools (on option ``model``, default the orchestrator).
+- ``program``: the coder agent writes and runs a program for the whole task.
 - ``cot``: one chain-of-thought call; the answer is its marked final answer, else its
   last line (:func:`~orchestrion._text.extract_answer`, as the scorers read it).
 - ``vote``: ``k`` chain-of-thought samples in parallel, majority after normalisation.
@@ -28,7 +29,7 @@ from ..models.types import GenerateConfig, msg
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
-from ..runtime.synthesis import synthesize
+from ..runtime.synthesis import Evidence, answer_directly, synthesize
 from ..tools.agents import majority
 from .base import Answer, EpisodeStatus, Strategy, Task, register
 
@@ -80,14 +81,35 @@ class Direct(Strategy):
     name = "direct"
     summary = "one call to the orchestrator model, no tools"
 
-    class Options(SamplingOptions):
-        """``temperature``, ``max_tokens`` and ``seed`` of the one call."""
+    class Options(ModelOptions):
+        """``model``, ``temperature``, ``max_tokens`` and ``seed`` of the one call."""
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
-        out = await ctx.generate([msg("user", render("direct", task=task.prompt))], config=_config(ctx, opts),
-                                 name="answer")
+        out = await answer_directly(task.prompt, ctx, model=_model(ctx, opts), config=_config(ctx, opts))
         return Answer(out.text.strip(), meta={"model": out.model})
+
+
+@register
+class Program(Strategy):
+    """The ``coder`` agent tool on the unchanged task: it writes a program, runs it in the
+    sandbox and retries a failed run once; the answer is synthesised from what the program
+    printed (grounded), or, when no run printed anything, is ``direct``'s answer."""
+
+    name = "program"
+    summary = "the coder agent writes and runs a program for the whole task; the answer is grounded on its output"
+
+    class Options(ModelOptions):
+        """``model`` the coder writes on (default: the pool's executor); ``max_tokens`` of the answer."""
+
+    async def solve(self, task: Task, ctx: RunContext) -> Answer:
+        opts = ctx.options_as(self.Options)
+        model = opts.model or ctx.pool.executor
+        ctx.pool.spec(model)
+        result = await ctx.call_tool("coder", {"task": task.prompt[:4000]}, model=model)
+        evidence = [Evidence(f"the program's output -> {result.feedback(600)}", result.output)] if result.ok else []
+        text = await synthesize(task.prompt, evidence, ctx)
+        return Answer(text, meta={"model": model, "program_ok": result.ok})
 
 
 @register

@@ -12,7 +12,7 @@ from .base import _REGISTRY, Strategy
 
 def strategies() -> dict[str, type[Strategy]]:
     # importing the built-in modules registers them
-    from . import baselines, milestone, para, proactive, router, spec, topology, uno  # noqa: F401
+    from . import auto, baselines, milestone, para, proactive, router, spec, topology, uno  # noqa: F401
 
     return dict(_REGISTRY)
 

@@ -27,8 +27,21 @@ class AgentArgs(BaseModel):
     context: str = Field(default="", max_length=8000, description="facts or results the agent needs")
 
 
-def _context(args: AgentArgs) -> str:
-    return f"Context: {args.context}\n\n" if args.context else ""
+ORIGINAL_MAX_CHARS = 4000  # the original task shown beside a subtask, at most
+
+
+def _context(args: AgentArgs, ctx: ToolContext) -> str:
+    """The ``{context}`` block: the episode's task verbatim when the subtask is not that task
+    (an orchestrator's paraphrase must not lose facts, options or the answer format), then the
+    caller's context."""
+    parts = []
+    original = (ctx.original_task or "").strip()
+    if original and normalize(original) != normalize(args.task) and original not in args.context:
+        parts.append("The whole task, as the user wrote it (your subtask is part of it):\n"
+                     + original[:ORIGINAL_MAX_CHARS])
+    if args.context:
+        parts.append(f"Context: {args.context}")
+    return "".join(p + "\n\n" for p in parts)
 
 
 def _need(ctx: ToolContext | None, name: str) -> ToolContext:
@@ -47,7 +60,7 @@ class PromptAgent(Tool):
 
     async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult | str:
         ctx = _need(ctx, self.name)
-        prompt = render(self.template, task=args.task, context=_context(args))
+        prompt = render(self.template, task=args.task, context=_context(args, ctx))
         out = await ctx.generate([msg("user", prompt)], model=model or ctx.pool.executor,
                                  config=ctx.config("agent", self.max_tokens), name=self.name)
         return out.text.strip()
@@ -65,23 +78,71 @@ class ReviewerAgent(PromptAgent):
     template = "agent_reviewer"
 
 
+def program_of(text: str) -> str:
+    """The first Python code block of a reply, else the whole reply."""
+    found = [code for lang, code in code_blocks(text) if lang in PYTHON_FENCES]
+    return found[0] if found else text
+
+
+def _program_problem(result: ToolResult) -> str | None:
+    """Why a program's run does not answer (failed, or printed nothing); None when it does."""
+    if not result.ok:
+        return f"it failed ({result.status.value}): {(result.error or result.output).strip()[-600:]}"
+    if not result.output.strip():
+        return "it printed nothing; it must end by printing the answer with print()"
+    return None
+
+
 class CoderAgent(Tool):
     name = "coder"
     kind = "agent"
-    description = "writes a Python program for the subtask, runs it in the sandbox, returns its output"
+    description = ("writes a Python program that computes the answer (counting, sorting, dates, orderings, swaps, "
+                   "arithmetic), runs it in the sandbox and returns what it printed")
     Args = AgentArgs
     cost_units = 2.0
+    retries = 1  # a failed or silent run is retried once, with its error shown
 
     async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult | str:
         ctx = _need(ctx, self.name)
-        prompt = render("agent_coder", task=args.task, context=_context(args))
-        out = await ctx.generate([msg("user", prompt)], model=model or ctx.pool.executor,
-                                 config=ctx.config("agent", 384), name=self.name)
-        found = [code for lang, code in code_blocks(out.text) if lang in PYTHON_FENCES]
-        code = found[0] if found else out.text
-        result = await ctx.call_tool("python", {"code": code, "timeout_s": 10})
-        result.data["code"] = code
+        convo = [msg("user", render("agent_coder", task=args.task, context=_context(args, ctx)))]
+        result = ToolResult(status=ToolStatus.EXEC_ERROR, error="no program was written")
+        for attempt in range(1 + self.retries):
+            out = await ctx.generate(convo, model=model or ctx.pool.executor, config=ctx.config("agent", 384),
+                                     name=self.name if attempt == 0 else f"{self.name} retry {attempt}")
+            code = program_of(out.text)
+            result = await ctx.call_tool("python", {"code": code, "timeout_s": 10})
+            result.data.update(code=code, attempts=attempt + 1)
+            problem = _program_problem(result)
+            if problem is None:
+                break
+            result = ToolResult(status=result.status if not result.ok else ToolStatus.EXEC_ERROR,
+                                output=result.output, error=problem, data=result.data)
+            convo = [*convo, msg("assistant", out.text), msg("user", render("agent_coder_retry", problem=problem))]
         return result
+
+
+class SolveDirectlyArgs(BaseModel):
+    task: str = Field(default="", max_length=4000, description="leave empty: the task goes to the model unchanged")
+
+
+class SolveDirectlyAgent(Tool):
+    """The ``direct`` baseline as an action: the unchanged task, on the chosen model."""
+
+    name = "solve_directly"
+    kind = "agent"
+    description = ("sends the whole task, unchanged, to the chosen model to answer by itself; best when the "
+                   "task needs judgment or reading rather than computation")
+    Args = SolveDirectlyArgs
+
+    async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult | str:
+        ctx = _need(ctx, self.name)
+        task = ctx.original_task or args.task
+        if not task.strip():
+            return ToolResult(status=ToolStatus.INVALID_ARGS, error="no task to send: the episode has none and "
+                                                                    "the call gave none")
+        out = await ctx.generate([msg("user", render("direct", task=task))], model=model or ctx.pool.orchestrator,
+                                 config=ctx.config("agent", 256), name=self.name)
+        return out.text.strip()
 
 
 class SearcherAgent(Tool):
@@ -110,7 +171,7 @@ class EnsembleAgent(Tool):
 
     async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult | str:
         ctx = _need(ctx, self.name)
-        prompt = render("agent_reasoner", task=args.task, context=_context(args))
+        prompt = render("agent_reasoner", task=args.task, context=_context(args, ctx))
         outs = await asyncio.gather(*(
             ctx.generate([msg("user", prompt)], model=model or ctx.pool.executor,
                          config=GenerateConfig(max_tokens=256, temperature=0.9), name=f"{self.name}[{i}]")
@@ -134,4 +195,4 @@ def majority(answers: list[str]) -> tuple[str, int]:
 
 
 def agent_tools() -> list[Tool]:
-    return [ReasonerAgent(), ReviewerAgent(), CoderAgent(), SearcherAgent(), EnsembleAgent()]
+    return [ReasonerAgent(), ReviewerAgent(), CoderAgent(), SearcherAgent(), EnsembleAgent(), SolveDirectlyAgent()]

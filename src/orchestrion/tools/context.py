@@ -24,6 +24,11 @@ class ToolContext(Protocol):
         """The episode's models (agent tools default to ``pool.executor``)."""
         ...
 
+    @property
+    def original_task(self) -> str | None:
+        """The episode's task as the user wrote it (None outside an episode)."""
+        ...
+
     def config(self, role: Literal["agent"], max_tokens: int = ...) -> GenerateConfig:
         """Generation settings for an agent tool's model call, at the agent role's temperature."""
         ...

@@ -199,6 +199,16 @@ class TraceQueries:
         return self.query("SELECT id, task, meta FROM episodes WHERE finished = 1 AND meta LIKE '%\"score\"%' "
                           "ORDER BY ended DESC LIMIT ?", (limit,))
 
+    def scored_history(self, limit: int, split: str | None = None) -> list[EpisodeRow]:
+        """Finished episodes whose meta has a score, latest ended first; with ``split``, only those
+        whose task's ``metadata.split`` is ``split`` (filtered in the database: no other episode is read)."""
+        sql = "SELECT * FROM episodes WHERE finished = 1 AND json_extract(meta, '$.score') IS NOT NULL"
+        params: list[Any] = []
+        if split is not None:
+            sql += " AND json_extract(task, '$.metadata.split') = ?"
+            params.append(split)
+        return [EpisodeRow.of(r) for r in self.query(sql + " ORDER BY ended DESC LIMIT ?", (*params, limit))]
+
     # -- spans, events, decisions -------------------------------------------------------------
     def spans(self, episode_id: str, *, kinds: Sequence[str] | None = None, exclude_kinds: Sequence[str] = (),
               since: float | None = None, attrs: bool = True) -> list[SpanRow]:

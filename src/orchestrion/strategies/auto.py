@@ -1,0 +1,241 @@
+"""``auto``: learned meta-orchestration. For a new task, pick the strategy and model to run
+from scored past episodes of similar tasks in the trace store, then run it.
+
+An *arm* is a strategy, optionally on one pool model: ``direct:qwen2.5-coder-1.5b``,
+``cot:smollm2-135m``, ``program``, ``para``. History is every finished, scored episode whose
+task is on the ``@train`` side of the split (option ``history_split``): the filter runs in the
+database, so no ``@test`` episode is ever read. An episode's arm is its strategy and the model
+it answered on (``meta.result.model``, for strategies that take a ``model`` option), or, for an
+``auto`` episode, the arm it ran.
+
+Choice (pure, in :func:`choose_arm`):
+
+1. the ``k`` past task prompts most similar to the new one (TF-IDF cosine, numbers as one
+   token, :func:`orchestrion.tools.nearest`), less those under ``relative_similarity`` times
+   the nearest one's similarity (a task of another kind is no neighbour), are its neighbours;
+2. history is thin when there are no neighbours, or a candidate arm has fewer than
+   ``min_trials`` scored episodes on them: then ``auto`` explores, running the least-tried
+   candidate (ties: the candidates' order, whose first is ``direct`` on the orchestrator);
+3. otherwise each arm's mean score over the neighbours' episodes, with a standard error, and
+   its mean compute units per episode, are compared: the cheapest arm whose mean is within one
+   standard error of the best mean is chosen (ties: the candidates' order).
+
+The choice, the reason, the neighbours and every arm's numbers are written on the episode (event
+``auto_choice``, and ``meta.result.auto``), so ``orchestrion trace show`` explains it. This gives
+``router`` (models only, ``direct`` only) and ``uno``'s solve-or-decompose choice their intended
+behaviour, learned from outcomes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from pydantic import Field
+
+from .._errors import ConfigError
+from ..runtime.context import RunContext
+from ..runtime.options import StrategyOptions, validate_options
+from ..tools import nearest
+from .base import _REGISTRY, Answer, Strategy, Task, register
+
+MODEL_ARMS = ("direct", "cot", "program")  # strategies whose arm names a model (their ``model`` option)
+
+
+class ScoredRow(Protocol):
+    """What auto reads of a past episode (the trace store's episode row; strategies do not import
+    the trace package)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def strategy(self) -> str: ...
+    @property
+    def cost_units(self) -> float: ...
+    def task_value(self) -> Any: ...
+    def meta_value(self) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One scored past episode: its task prompt, arm, score and compute units."""
+
+    prompt: str
+    arm: str
+    score: float
+    cost_units: float
+
+
+@dataclass
+class ArmStats:
+    """An arm's record on the neighbours: episodes, mean score, standard error, mean cost units."""
+
+    n: int
+    mean: float
+    se: float
+    cost_units: float
+
+    def as_dict(self) -> dict[str, float]:
+        return {"n": self.n, "mean": round(self.mean, 4), "se": round(self.se, 4),
+                "cost_units": round(self.cost_units, 4)}
+
+
+@dataclass
+class AutoChoice:
+    """The arm chosen and why."""
+
+    arm: str
+    reason: str
+    exploring: bool
+    stats: dict[str, ArmStats] = field(default_factory=dict)
+    neighbours: list[tuple[str, float]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"arm": self.arm, "reason": self.reason, "exploring": self.exploring,
+                "arms": {a: s.as_dict() for a, s in self.stats.items()},
+                "neighbours": [{"prompt": p[:160], "similarity": round(s, 4)} for p, s in self.neighbours]}
+
+
+def _stats(scores: list[float], costs: list[float]) -> ArmStats:
+    n = len(scores)
+    mean = sum(scores) / n
+    smoothed = (sum(scores) + 0.5) / (n + 1)  # never a zero error from a few equal scores
+    return ArmStats(n, mean, math.sqrt(smoothed * (1 - smoothed) / n), sum(costs) / len(costs))
+
+
+def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str], *, k: int = 8,
+               min_trials: int = 2, explore: bool = True, relative_similarity: float = 0.6) -> AutoChoice:
+    """Pick the arm for ``query`` (see the module doc); ``candidates`` in preference order."""
+    by_prompt: dict[str, list[Outcome]] = {}
+    for h in history:
+        if h.arm in candidates:
+            by_prompt.setdefault(h.prompt, []).append(h)
+    prompts = list(by_prompt)
+    found = nearest(query, prompts, k)
+    found = [(i, s) for i, s in found if s >= relative_similarity * found[0][1]]
+    near = [o for i, _ in found for o in by_prompt[prompts[i]]]
+    neighbours = [(prompts[i], s) for i, s in found]
+    scores: dict[str, list[float]] = {}
+    costs: dict[str, list[float]] = {}
+    for o in near:
+        scores.setdefault(o.arm, []).append(o.score)
+        costs.setdefault(o.arm, []).append(o.cost_units)
+    stats = {a: _stats(scores[a], costs[a]) for a in candidates if a in scores}
+    if not near:
+        tried = {a: sum(1 for h in history if h.arm == a) for a in candidates}
+        arm = min(candidates, key=lambda a: (tried[a], candidates.index(a)))
+        why = "no history at all" if not history else "no similar past task"
+        return AutoChoice(arm, f"exploring: {why}; running the least-tried arm", True, stats, neighbours)
+    thin = [a for a in candidates if (stats[a].n if a in stats else 0) < min_trials]
+    if explore and thin:
+        arm = min(thin, key=lambda a: (stats[a].n if a in stats else 0, candidates.index(a)))
+        return AutoChoice(arm, f"exploring: {len(thin)} arm(s) have fewer than {min_trials} episodes on "
+                               f"the {len(neighbours)} nearest past tasks", True, stats, neighbours)
+    best = max(stats.values(), key=lambda s: s.mean)
+    near_best = [a for a in candidates if a in stats and stats[a].mean >= best.mean - best.se]
+    arm = min(near_best, key=lambda a: (stats[a].cost_units, candidates.index(a)))
+    top = max(stats, key=lambda a: (stats[a].mean, -candidates.index(a)))
+    reason = (f"best on the {len(neighbours)} nearest past tasks: {top} (mean {best.mean:.2f} ± {best.se:.2f}); "
+              f"{arm} is the cheapest within one standard error (mean {stats[arm].mean:.2f}, "
+              f"{stats[arm].cost_units:.2f} compute units per episode)")
+    return AutoChoice(arm, reason, False, stats, neighbours)
+
+
+def parse_outcomes(rows: Iterable[ScoredRow]) -> list[Outcome]:
+    """Scored outcomes from episode rows (task prompt, ``meta.score``, the arm they ran)."""
+    out: list[Outcome] = []
+    for row in rows:
+        task, meta = row.task_value(), row.meta_value()
+        if not isinstance(task, dict) or not isinstance(meta, dict):
+            continue
+        nested = meta.get("result")
+        result: Mapping[str, Any] = nested if isinstance(nested, dict) else {}
+        score = meta.get("score")
+        prompt = task.get("prompt")
+        arm = arm_of(row.strategy, result)
+        if arm and isinstance(prompt, str) and isinstance(score, (int, float)) and not isinstance(score, bool) \
+                and math.isfinite(score):
+            out.append(Outcome(prompt, arm, float(score), float(row.cost_units or 0.0)))
+    return out
+
+
+def arm_of(strategy: str, result: Mapping[str, Any]) -> str | None:
+    """The arm an episode ran: ``auto``'s recorded arm; a model-taking strategy with its model."""
+    if strategy == Auto.name:
+        arm = result.get("arm")
+        return arm if isinstance(arm, str) else None
+    model = result.get("model")
+    if strategy in MODEL_ARMS and isinstance(model, str) and model:
+        return f"{strategy}:{model}"
+    return strategy or None
+
+
+def default_arms(ctx: RunContext) -> list[str]:
+    """``direct`` on the orchestrator, ``program``, ``para``, ``cot`` on the orchestrator, then
+    ``direct`` on every other pool model."""
+    head = ctx.pool.orchestrator
+    return [f"direct:{head}", f"program:{ctx.pool.executor}", "para", f"cot:{head}",
+            *(f"direct:{m}" for m in ctx.pool.names if m != head)]
+
+
+@register
+class Auto(Strategy):
+    name = "auto"
+    summary = "learned meta-orchestration: runs the strategy and model that scored best on similar past tasks"
+    paper = "AdaptOrch's per-task topology choice and ToolOrchestra/ParaManager's outcome-driven delegation"
+
+    class Options(StrategyOptions):
+        arms: list[str] | None = Field(
+            default=None, description="candidate arms, 'strategy' or 'strategy:model', in preference order "
+                                      "(default: direct, program and cot on the pool's models, and para)")
+        k: int = Field(default=8, ge=1, description="nearest past task prompts whose episodes are compared")
+        relative_similarity: float = Field(
+            default=0.6, ge=0, le=1, description="a past prompt less similar than this times the nearest one's "
+                                                 "similarity is no neighbour")
+        min_trials: int = Field(default=2, ge=1, description="episodes an arm needs on the neighbours before "
+                                                             "auto stops exploring it")
+        explore: bool = Field(default=True, description="run an arm that has too little history (else choose "
+                                                        "among the arms that have some)")
+        history_split: str | None = Field(
+            default="train", description="learn only from episodes whose task is on this side of the split "
+                                         "(train/test; none = every scored episode)")
+        history_limit: int = Field(default=20000, ge=1, description="most recent scored episodes read")
+        arm_options: dict[str, dict[str, Any]] = Field(
+            default_factory=dict, description="options per arm strategy, e.g. {para: {max_rounds: 4}}")
+
+    async def solve(self, task: Task, ctx: RunContext) -> Answer:
+        opts = ctx.options_as(self.Options)
+        candidates = opts.arms or default_arms(ctx)
+        for arm in candidates:
+            self._check_arm(arm, ctx)
+        rows = await asyncio.to_thread(ctx.tracer.store.scored_history, opts.history_limit, opts.history_split)
+        history = parse_outcomes(r for r in rows if r.id != ctx.tracer.episode_id)
+        choice = choose_arm(task.prompt, history, candidates, k=opts.k, min_trials=opts.min_trials,
+                            explore=opts.explore, relative_similarity=opts.relative_similarity)
+        ctx.tracer.event("auto_choice", {**choice.as_dict(), "history": len(history)})
+        strategy, _, model = choice.arm.partition(":")
+        child = ctx.with_options(self._arm_options(ctx, opts, strategy, model))
+        answer = await _REGISTRY[strategy]().solve(task, child)
+        meta = {**answer.meta, "arm": choice.arm, "auto": {k: v for k, v in choice.as_dict().items() if k != "arm"}}
+        return Answer(answer.text, status=answer.status, meta=meta)
+
+    @staticmethod
+    def _check_arm(arm: str, ctx: RunContext) -> None:
+        strategy, _, model = arm.partition(":")
+        if strategy not in _REGISTRY or strategy in (Auto.name, "router"):
+            usable = sorted(n for n in _REGISTRY if n not in (Auto.name, "router"))
+            raise ConfigError(f"auto: arm '{arm}' names no usable strategy; use one of {', '.join(usable)}")
+        if model:
+            if "model" not in _REGISTRY[strategy].Options.model_fields:
+                raise ConfigError(f"auto: arm '{arm}': strategy '{strategy}' runs on the whole pool; "
+                                  f"write it without ':{model}'")
+            ctx.pool.spec(model)  # an unknown model is a ConfigError that names the pool's models
+
+    @staticmethod
+    def _arm_options(ctx: RunContext, opts: Auto.Options, strategy: str, model: str) -> StrategyOptions:
+        shared = opts.model_dump(include=set(StrategyOptions.model_fields), exclude_unset=True)
+        values = {**shared, **opts.arm_options.get(strategy, {}), **({"model": model} if model else {})}
+        return validate_options(_REGISTRY[strategy].Options, values, where=f"auto: options of arm {strategy}")

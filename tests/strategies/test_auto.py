@@ -1,0 +1,121 @@
+"""``auto``: the arm that did best on similar past @train tasks, cheapest within one standard error."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve
+from orchestrion.cli import app
+from orchestrion.models.types import Usage
+from orchestrion.status import EpisodeStatus
+from orchestrion.strategies.auto import Outcome, choose_arm
+
+ARMS = ["direct:big", "program:big", "para", "direct:small"]
+SORT = "Sort the following words alphabetically: List: {}"
+COUNT = "I have {} apples and a pear. How many fruits do I have?"
+
+
+def outcomes(prompt: str, arm: str, scores: list[float], units: float) -> list[Outcome]:
+    return [Outcome(prompt.format(i), arm, s, units) for i, s in enumerate(scores)]
+
+
+def test_no_history_explores_starting_with_direct_on_the_orchestrator() -> None:
+    choice = choose_arm(SORT.format("b a"), [], ARMS)
+    assert choice.exploring and choice.arm == "direct:big" and "no history at all" in choice.reason
+
+
+def test_thin_history_explores_the_least_tried_arm() -> None:
+    history = outcomes(SORT, "direct:big", [1, 0], 1.0) + outcomes(SORT, "program:big", [1], 2.0)
+    choice = choose_arm(SORT.format("z y"), history, ARMS)
+    assert choice.exploring and choice.arm == "para"  # never tried; direct:small too, but para comes first
+    assert not choose_arm(SORT.format("z y"), history, ARMS, explore=False).exploring
+
+
+def test_the_cheapest_arm_within_one_standard_error_of_the_best_wins() -> None:
+    history = (outcomes(SORT, "direct:big", [0, 0, 1, 0], 1.0) + outcomes(SORT, "program:big", [1, 1, 1, 1], 3.0)
+               + outcomes(SORT, "para", [1, 1, 1, 0], 9.0) + outcomes(SORT, "direct:small", [0, 0, 0, 0], 0.1))
+    choice = choose_arm(SORT.format("q r"), history, ARMS)
+    assert not choice.exploring and choice.arm == "program:big"  # para is within 1 se of it, but costs 3x
+    assert choice.stats["program:big"].n == 4 and "cheapest within one standard error" in choice.reason
+    # a cheaper arm that is as good wins
+    cheap = [h for h in history if h.arm != "direct:small"] + outcomes(SORT, "direct:small", [1, 1, 1, 1], 0.1)
+    assert choose_arm(SORT.format("q r"), cheap, ARMS).arm == "direct:small"
+
+
+def test_neighbours_decide_per_kind_of_task() -> None:
+    history = (outcomes(SORT, "program:big", [1, 1, 1], 3.0) + outcomes(SORT, "direct:big", [0, 0, 0], 1.0)
+               + outcomes(COUNT, "program:big", [0, 0, 0], 3.0) + outcomes(COUNT, "direct:big", [1, 1, 1], 1.0))
+    arms = ["direct:big", "program:big"]
+    for k in (3, 20):  # with k=20 every past prompt is among the k nearest: the similarity cutoff separates them
+        assert choose_arm(SORT.format("m n"), history, arms, k=k).arm == "program:big"
+        assert choose_arm(COUNT.format(9), history, arms, k=k).arm == "direct:big"
+
+
+# -- the strategy, on a real store and scripted models -----------------------------------------------
+
+def add_episode(store: TraceStore, prompt: str, strategy: str, score: float, *, split: str, model: str | None = None,
+                units: float = 1.0) -> None:
+    eid = f"{strategy}-{split}-{time.monotonic_ns()}"
+    store.start_episode(eid, run_id="r", task_id=eid, epoch=0, strategy=strategy,
+                        task={"prompt": prompt, "metadata": {"split": split}}, started=time.time(), meta={})
+    store.finish_episode(eid, status=EpisodeStatus.OK, answer="x", error=None, ended=time.time(),
+                         usage=Usage(cost_units=units), meta_patch={"score": score, "result": {"model": model}})
+
+
+def pool() -> Pool:
+    big = ScriptedModel(lambda m, c: "Answer: from big", name="big")
+    small = ScriptedModel(lambda m, c: "Answer: from small", name="small")
+    return Pool.from_models([big, small], orchestrator="big", executor="big")
+
+
+async def test_auto_learns_from_train_episodes_only_and_records_why(store: TraceStore) -> None:
+    for i in range(3):
+        add_episode(store, SORT.format(i), "direct", 1.0, split="train", model="small", units=0.1)
+        add_episode(store, SORT.format(i), "direct", 0.0, split="train", model="big")
+        add_episode(store, SORT.format(i), "direct", 1.0, split="test", model="big")  # must never count
+        add_episode(store, SORT.format(i), "direct", 1.0, split="test", model="big")
+    store.flush()
+    opts = {"arms": ["direct:big", "direct:small"]}
+    res = await solve(SORT.format("c d"), strategy="auto", pool=pool(), store=store, options=opts)
+    assert res.answer == "Answer: from small" and res.meta["arm"] == "direct:small"
+    assert res.meta["auto"]["exploring"] is False and res.meta["auto"]["arms"]["direct:big"]["n"] == 3
+    [event] = [e.data_value() for e in store.events(res.trace_id) if e.kind == "auto_choice"]
+    assert event["history"] == 6 and len(event["neighbours"]) == 3
+    shown = CliRunner().invoke(app, ["trace", "show", res.trace_id, "--db", str(store.path)])
+    assert "auto chose direct:small" in shown.output and "cheapest within one standard error" in shown.output
+
+
+async def test_auto_with_only_test_history_explores(store: TraceStore) -> None:
+    add_episode(store, SORT.format(1), "direct", 1.0, split="test", model="small")
+    store.flush()
+    res = await solve(SORT.format(2), strategy="auto", pool=pool(), store=store,
+                      options={"arms": ["direct:big", "direct:small"]})
+    assert res.meta["arm"] == "direct:big" and res.meta["auto"]["exploring"] is True
+    assert "no history at all" in res.meta["auto"]["reason"]
+
+
+async def test_auto_runs_orchestrators_with_their_arm_options(store: TraceStore) -> None:
+    decisions: list[int] = []
+
+    def reply(messages: Any, config: Any) -> str:
+        if config.json_schema is not None:
+            decisions.append(1)
+            return "not json"
+        return "Answer: 2"
+
+    res = await solve("q", strategy="auto", pool=Pool.from_models([ScriptedModel(reply, name="o")]),
+                      tools=ToolRegistry([]), store=store,
+                      options={"arms": ["para"], "arm_options": {"para": {"max_rounds": 1}}})
+    assert res.meta["arm"] == "para" and res.meta["rounds"] == 1 and res.answer == "Answer: 2"
+
+
+@pytest.mark.parametrize(("arm", "message"), [
+    ("nonsense", "names no usable strategy"), ("para:big", "runs on the whole pool"), ("direct:nope", "nope"),
+])
+async def test_bad_arms_are_one_line_config_errors(store: TraceStore, arm: str, message: str) -> None:
+    res = await solve("q", strategy="auto", pool=pool(), store=store, options={"arms": [arm]})
+    assert res.status == "error" and message in (res.error or "") and "\n" not in (res.error or "")
