@@ -274,6 +274,8 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
 
     async def one(task: str, split: str, limit: int, strategy: str, model: str | None) -> tuple[str, str]:
         label = f"direct on {model}" if model else f"{strategy} (local pool)"
+        if split == "test" and not model:
+            limit = min(limit, args.limit_for.get(strategy, limit))
         opts = auto_opts if strategy == "auto" else _options([strategy])
         config = EvalConfig(dataset=f"bigbench:{task}@{split}", strategies=[strategy], limit=limit, seed=args.seed,
                             concurrency=1, pool=model or "local", budget=BUDGET, options=opts)
@@ -314,7 +316,8 @@ def _report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]], args
                 if strategy in ("auto", "para"):
                     verdicts.append(f"| {task} | {label} | {_verdict(diff, se, n)} |")
         per_task[task] = rows
-        print(_fmt(rows, f"bigbench:{task}@test, {args.limit} examples, seed {args.seed}"), flush=True)
+        print(_fmt(rows, f"bigbench:{task}@test, {args.limit} examples (fewer where n says so), seed {args.seed}"),
+              flush=True)
     if not per_task:
         return
     avg = _average(per_task)
@@ -345,6 +348,8 @@ async def main() -> None:
                     help="strategies run on @train for auto's history, besides direct on each model")
     ap.add_argument("--table", default=",".join(TABLE), help="strategies of the @test table, besides direct "
                                                               "on each model (slowest last)")
+    ap.add_argument("--limit-for", default="", metavar="STRATEGY=N,...",
+                    help="fewer @test examples for slow strategies, e.g. para=10 (the first N of the same sample)")
     ap.add_argument("--kv-compare", type=int, default=0, metavar="N",
                     help="first compare state cache off/on on N episodes")
     ap.add_argument("--roles", type=int, default=0, metavar="N",
@@ -354,6 +359,7 @@ async def main() -> None:
     args = ap.parse_args()
     args.history = [s for s in args.history.split(",") if s]
     args.table = [s for s in args.table.split(",") if s]
+    args.limit_for = {k: int(v) for k, _, v in (p.partition("=") for p in args.limit_for.split(",") if p)}
     args.out.mkdir(parents=True, exist_ok=True)
     store = TraceStore(args.out / "traces.db")
     state_path = args.out / "state.json"
