@@ -24,6 +24,7 @@ from orchestrion import (
 from orchestrion._prompts import render
 from orchestrion.runtime import BudgetTracker, Harness, Revision
 from orchestrion.strategies._proactive_protocol import PausingSubAgent, ProactiveAction, decision_schema
+from orchestrion.tools.agents import SolveDirectlyAgent
 from orchestrion.trace import Tracer
 from tests.helpers import LookupTool, act
 
@@ -81,13 +82,13 @@ async def test_executor_replacement_moves_the_same_subagent_to_another_model(sto
         act(action="delegate_task", instruction="prove it", model="small"),
         act(action="revise_task", target="a1", scope="reduce", instruction="prove only the first half",
             executor="replace", model="big"),
-        act(action="complete", answer="half proved"),
+        act(action="complete", answer="first half done"),
     ], name="orch")
     small = ScriptedModel([act(action="stop", status="too hard", evidence="needs a bigger model")], name="small")
     big = ScriptedModel([act(action="finish", answer="first half done")], name="big")
     res = await solve("prove it", strategy="proactive", pool=Pool.from_models([orch, small, big], orchestrator="orch"),
                       tools=ToolRegistry([]), store=store)
-    assert res.answer == "half proved"
+    assert res.answer == "first half done"  # supported by big's result: kept
     assert len(small.calls) == 1 and len(big.calls) == 1
     seen = big.calls[0]
     assert "prove only the first half" in seen[0]["content"]
@@ -142,14 +143,14 @@ async def test_budget_revision_grants_steps_up_to_the_per_subagent_cap(store: Tr
     orch = ScriptedModel([
         act(action="delegate_task", instruction="count", tools=["lookup"], step_budget=2),
         act(action="revise_task", target="a1", step_budget=5),
-        act(action="complete", answer="counted"),
+        act(action="complete", answer="found:3"),
     ], name="orch")
     n = iter(range(1000))
     worker = ScriptedModel(lambda m, c: act(action="tool", tool="lookup", input=str(next(n))), name="w")
     res = await solve("q", strategy="proactive",
                       pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
                       tools=ToolRegistry([LookupTool()]), store=store, options={"subagent_steps": 4})
-    assert res.answer == "counted" and len(worker.calls) == 4 and res.meta["steps"] == 4
+    assert res.answer == "found:3" and len(worker.calls) == 4 and res.meta["steps"] == 4
     [rev] = events(store, res.trace_id, "revision")
     assert rev["add_steps"] == 2  # 5 asked, capped at subagent_steps=4 in all
     assert any("2 more steps granted" in m["content"] for m in worker.calls[2])
@@ -259,7 +260,7 @@ def parallel_orchestrator(messages: Sequence[Message], config: GenerateConfig) -
     if "a2" not in agents:
         return act(action="delegate_task", instruction="beta task", model="slow")
     if all(state == "done" for state, _ in agents.values()):
-        return act(action="complete", answer="both done")
+        return act(action="complete", answer="beta-key")
     return act(action="wait")
 
 
@@ -275,7 +276,7 @@ async def _run_pair(store: TraceStore, options: dict[str, Any]) -> tuple[Any, Ti
 
 async def test_max_active_two_overlaps_and_routes_each_revision_to_its_subagent(store: TraceStore) -> None:
     res, _, fast, slow = await _run_pair(store, {"max_active": 2})
-    assert res.answer == "both done" and res.meta["revisions"] == 2
+    assert res.answer == "beta-key" and res.meta["revisions"] == 2
     alpha = [(a, b) for tag, a, b in fast.windows if tag == "alpha"]
     beta = [(a, b) for tag, a, b in slow.windows if tag == "beta"]
     assert len(alpha) == 2 and len(beta) == 2
@@ -292,7 +293,7 @@ async def test_max_active_two_overlaps_and_routes_each_revision_to_its_subagent(
 
 async def test_default_max_active_one_runs_subagents_one_after_another(store: TraceStore) -> None:
     res, _, fast, slow = await _run_pair(store, {})
-    assert res.answer == "both done"
+    assert res.answer == "beta-key"
     windows = sorted([(a, b) for _, a, b in fast.windows + slow.windows])
     assert all(nxt[0] >= prev[1] for prev, nxt in itertools.pairwise(windows))
     assert res.meta["agents"] == {"a1": "done", "a2": "done"}
@@ -328,3 +329,29 @@ async def test_a_stuck_agent_pauses_on_repeats_and_on_invalid_output_read_from_i
     assert report.status == "no valid action after repairs" and "not json" in report.evidence
     kinds = [s.kind for s in agent.log]
     assert kinds[6] == "revision" and kinds[-1] == "invalid"
+
+
+async def test_a_complete_answer_no_result_supports_is_recorded_and_replaced(store: TraceStore) -> None:
+    """The issue's case: the calculator failed, and the orchestrator completed with a number of its own."""
+    orch = ScriptedModel(lambda m, c: "Answer: from the results" if c.json_schema is None else next(steps),
+                         name="orch")
+    steps = iter([act(action="delegate_task", instruction="add them", tools=["lookup"]),
+                  act(action="complete", answer="342168")])
+    worker = ScriptedModel([act(action="tool", tool="lookup", input="x"), act(action="finish", answer="309357")],
+                           name="w")
+    res = await solve("Compute 123*456 + 789*321.", strategy="proactive",
+                      pool=Pool.from_models([orch, worker], orchestrator="orch", executor="w"),
+                      tools=ToolRegistry([LookupTool()]), store=store)
+    assert res.answer == "Answer: from the results"
+    [unsupported] = events(store, res.trace_id, "unsupported_answer")
+    assert unsupported["answer"] == "342168" and unsupported["reason"] == "no result supports it"
+
+
+async def test_solve_directly_is_an_orchestrator_action_whose_answer_is_a_result(store: TraceStore) -> None:
+    orch = ScriptedModel([act(action="solve_directly", model="big"), act(action="complete", answer="Paris")],
+                         name="orch")
+    big = ScriptedModel(["Answer: Paris"], name="big")
+    res = await solve("Capital of France?", strategy="proactive", pool=Pool.from_models([orch, big]),
+                      tools=ToolRegistry([SolveDirectlyAgent()]), store=store)
+    assert res.answer == "Paris" and res.meta["solved_directly"] == 1
+    assert big.calls[0][-1]["content"] == render("direct", task="Capital of France?")

@@ -18,7 +18,7 @@ from ..runtime.context import RunContext
 from ..runtime.protocol import narrow
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
 
-ActionName = Literal["delegate_task", "revise_task", "complete", "wait"]
+ActionName = Literal["delegate_task", "revise_task", "complete", "wait", "solve_directly"]
 Scope = Literal["keep", "reduce", "expand", "remove", "decompose"]
 REVISE_ONLY = ("target", "scope", "remove_tools", "constraint", "state", "executor")
 
@@ -30,6 +30,7 @@ class ProactiveAction(BaseModel):
     revise_task: target, scope, instruction (new assignment), context (added), tools (added),
     remove_tools, step_budget (extra steps), constraint, state (handed over), executor + model.
     complete: answer.  wait: nothing (only offered while sub-agents run concurrently).
+    solve_directly: model (the unchanged task goes to that model; its answer is a result).
     """
 
     model_config = ConfigDict(extra="ignore")

@@ -46,7 +46,7 @@ from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.protocol import Revision
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
-from ..runtime.synthesis import synthesize
+from ..runtime.synthesis import settle_answer, synthesize
 from ._proactive_protocol import (
     PausingSubAgent,
     ProactiveAction,
@@ -55,6 +55,7 @@ from ._proactive_protocol import (
 from .base import Answer, EpisodeStatus, Strategy, Task, register
 
 _BUSY = ("running", "waiting")
+DIRECT_TOOL = "solve_directly"
 _REVISABLE = ("waiting", "done", "stopped", "exhausted")
 _STATE_OF = {"finish": "done", "revise": "waiting", "stop": "stopped", "exhausted": "exhausted"}
 
@@ -112,6 +113,7 @@ class _Episode:
         self.fallback_used = self.idle_ok = False
         self.stop_reason = ""
         self.answer = ""
+        self.direct: list[str] = []  # what solve_directly returned
         self.dropped: list[asyncio.Task[SubAgentReport]] = []
         wait_line = ('- "wait": let the running sub-agents work until one of them reports.\n'
                      if self.max_active > 1 else "")
@@ -140,12 +142,13 @@ class _Episode:
                 if w.state in _BUSY:
                     self._end(w, "cancelled", "the episode ended")
             await asyncio.gather(*self.dropped, return_exceptions=True)
-        text = self.answer or await synthesize(self.task.prompt, self._results(), self.ctx)
+        text = (await settle_answer(self.task.prompt, self.answer, self._results(), self.ctx) if self.answer
+                else await synthesize(self.task.prompt, self._results(), self.ctx))
         meta = {
             "stop_reason": self.stop_reason, "decisions": self.decisions, "invalid_decisions": self.invalid,
             "subagents": len(self.workers), "steps": sum(w.agent.steps_used for w in self.workers.values()),
             "revisions": sum(len(w.agent.revisions) for w in self.workers.values()), "limits": self.limits,
-            "synthesized": not self.answer, "max_active": self.max_active,
+            "synthesized": not self.answer, "max_active": self.max_active, "solved_directly": len(self.direct),
             "agents": {n: w.state for n, w in self.workers.items()},
         }
         return Answer(text, status=EpisodeStatus.OK if text else EpisodeStatus.NO_ANSWER, meta=meta)
@@ -200,6 +203,7 @@ class _Episode:
         actions = ["delegate_task"] if self._can_delegate() else []
         targets = [n for n, w in self.workers.items() if w.state in _REVISABLE]
         actions += ["revise_task"] if targets else []
+        actions += ["solve_directly"] if DIRECT_TOOL in self.ctx.tools and not self.direct else []
         actions += ["complete"]
         if self.max_active > 1 and self._running():
             actions.append("wait")
@@ -215,7 +219,17 @@ class _Episode:
             return
         if focus is not None and focus.agent.name in self.fresh:
             self.fresh.remove(focus.agent.name)
+        if decision.action.action == "solve_directly":  # the one action that runs here, awaited
+            await self._solve_directly(decision.action.model)
+            return
         self._apply(decision.action, focus)
+
+    async def _solve_directly(self, model: str | None) -> None:
+        """The unchanged task on ``model`` (default: the orchestrator): its answer is a result."""
+        result = await self.ctx.call_tool(DIRECT_TOOL, {}, model=model)
+        self.direct.append(f"solve_directly on {model or self.ctx.pool.orchestrator}: {result.feedback(500)}")
+        self.log.append(self.direct[-1])
+        self.streak = 0
 
     def _apply(self, act: ProactiveAction, focus: _Worker | None) -> None:
         if act.action == "complete":
@@ -374,7 +388,7 @@ class _Episode:
         return f"Sub-agent {name} reported {r.kind} ({focus.state}):\n{fields}"
 
     def _results(self) -> list[str]:
-        return [f"{n} ({w.agent.harness.instruction[:100]}): {w.report.summary()[:500]}"
+        return self.direct + [f"{n} ({w.agent.harness.instruction[:100]}): {w.report.summary()[:500]}"
                 for n, w in self.workers.items() if w.report is not None]
 
 
