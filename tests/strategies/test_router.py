@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from types import SimpleNamespace
 
 import pytest
 
@@ -94,15 +94,14 @@ def test_cheapest_first() -> None:
 
 def test_parse_history_reads_top_level_and_result_fields() -> None:
     task = json.dumps({"prompt": "What is 1+1?"})
-    rows: list[dict[str, Any]] = [
-        {"task": task, "meta": json.dumps({"score": 1.0, "result": {"model": "a"}})},
-        {"task": task, "meta": json.dumps({"result": {"model": "b", "score": 0}})},
-        {"task": task, "meta": json.dumps({"model": "c", "score": 0.5, "result": {"model": "ignored"}})},
-        {"task": task, "meta": json.dumps({"score": True, "model": "d"})},      # not a number
-        {"task": task, "meta": json.dumps({"score": 1.0})},                     # no model
-        {"task": task, "meta": "{not json"},
-        {"task": "null", "meta": json.dumps({"score": 1.0, "model": "e"})},
-    ]
+    rows = [SimpleNamespace(task=task, meta=meta) for meta in (
+        json.dumps({"score": 1.0, "result": {"model": "a"}}),
+        json.dumps({"result": {"model": "b", "score": 0}}),
+        json.dumps({"model": "c", "score": 0.5, "result": {"model": "ignored"}}),
+        json.dumps({"score": True, "model": "d"}),      # not a number
+        json.dumps({"score": 1.0}),                     # no model
+        "{not json",
+    )] + [SimpleNamespace(task="null", meta=json.dumps({"score": 1.0, "model": "e"}))]
     assert parse_history(rows) == [Scored("What is 1+1?", "a", 1.0), Scored("What is 1+1?", "b", 0.0),
                                     Scored("What is 1+1?", "c", 0.5)]
 

@@ -52,7 +52,7 @@ def test_episodes_open_close_and_filter(store: TraceStore) -> None:
     assert store.episode_run_ids("r") == ["r1"]
     assert store.episode_for_task("r1", "t2").id == "e4"  # type: ignore[union-attr]
     assert store.episode_for_task("r1", "nope") is None
-    assert [e["id"] for e in store.scored_episodes(10)] == ["e1"]
+    assert [e.id for e in store.scored_history(10)] == ["e1"]
     assert [(e.id, e.meta_value()["pool"]) for e in store.counted_episodes("r1")] == [("e1", "tiny"), ("e4", "tiny")]
     store.mark_interrupted("r1")
     store.flush()

@@ -31,9 +31,9 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import Field
 
@@ -103,11 +103,21 @@ def choose_model(query: str, history: Sequence[Scored], models: Sequence[str], *
     return Choice(chosen, reason, means, [(prompts[i], round(s, 4)) for i, s in found])
 
 
-def parse_history(rows: Iterable[Mapping[str, Any]]) -> list[Scored]:
-    """Scored episodes from ``episodes`` rows (``task`` and ``meta`` JSON); others are skipped."""
+class EpisodeText(Protocol):
+    """What the router reads of a past episode: its ``task`` and ``meta`` columns as stored (JSON
+    text; the trace store's episode row has them, and strategies do not import the trace)."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def meta(self) -> str: ...
+
+
+def parse_history(rows: Iterable[EpisodeText]) -> list[Scored]:
+    """Scored episodes from episode rows (``task`` and ``meta`` JSON); others are skipped."""
     out: list[Scored] = []
     for row in rows:
-        task, meta = _loads(row.get("task")), _loads(row.get("meta"))
+        task, meta = _loads(row.task), _loads(row.meta)
         if not isinstance(task, dict) or not isinstance(meta, dict):
             continue
         nested = meta.get("result")
@@ -157,8 +167,8 @@ class Router(Strategy):
         fallback = opts.fallback or ctx.pool.orchestrator
         ctx.pool.spec(fallback)
         limit = opts.history_limit
-        rows = await asyncio.to_thread(ctx.tracer.store.scored_episodes, limit)
-        history = parse_history(r for r in rows if r["id"] != ctx.tracer.episode_id)
+        rows = await asyncio.to_thread(ctx.tracer.store.scored_history, limit)
+        history = parse_history(r for r in rows if r.id != ctx.tracer.episode_id)
         choice = choose_model(task.prompt, history, cheapest_first(ctx.pool.specs.values()), k=k, fallback=fallback)
         route = {"model": choice.model, "route": choice.reason, "model_scores": choice.scores,
                  "neighbours": [{"prompt": p[:200], "similarity": s} for p, s in choice.neighbours],

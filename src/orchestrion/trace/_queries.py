@@ -194,15 +194,12 @@ class TraceQueries:
                 kept.append(row)
         return kept
 
-    def scored_episodes(self, limit: int) -> list[dict[str, Any]]:
-        """``id``, ``task``, ``meta`` (as stored) of finished episodes whose meta has a score, latest ended first."""
-        return self.query("SELECT id, task, meta FROM episodes WHERE finished = 1 AND meta LIKE '%\"score\"%' "
-                          "ORDER BY ended DESC LIMIT ?", (limit,))
-
     def scored_history(self, limit: int, split: str | None = None) -> list[EpisodeRow]:
-        """Finished episodes whose meta has a score, latest ended first; with ``split``, only those
-        whose task's ``metadata.split`` is ``split`` (filtered in the database: no other episode is read)."""
-        sql = "SELECT * FROM episodes WHERE finished = 1 AND json_extract(meta, '$.score') IS NOT NULL"
+        """Finished episodes whose meta has a score (``score``, or ``result.score`` where an episode's
+        answer carried one), latest ended first; with ``split``, only those whose task's
+        ``metadata.split`` is ``split`` (filtered in the database: no other episode is read)."""
+        sql = ("SELECT * FROM episodes WHERE finished = 1 AND (json_extract(meta, '$.score') IS NOT NULL "
+               "OR json_extract(meta, '$.result.score') IS NOT NULL)")
         params: list[Any] = []
         if split is not None:
             sql += " AND json_extract(task, '$.metadata.split') = ?"
