@@ -45,10 +45,10 @@ def test_run_json_then_trace_show(server_pool: Path, tmp_path: Path) -> None:
     res = cli("run", "What is 12*13?", "--strategy", "para", "--pool", str(server_pool), "--json", env_db=db)
     assert res.returncode == 0, res.stderr
     data = json.loads(res.stdout)
-    assert {"answer", "strategy", "usage", "cost", "wall_s", "trace_id"} <= set(data)
+    assert {"answer", "strategy", "usage", "cost_usd", "wall_s", "trace_id"} <= set(data)
     assert set(data["usage"]) >= {"input_tokens", "output_tokens"}
     assert data["strategy"] == "para" and data["answer"] == "156"
-    assert data["cost"] > 0
+    assert data["cost_usd"] > 0 and "cost" not in data
     shown = cli("trace", "show", data["trace_id"], env_db=db)
     assert shown.returncode == 0, shown.stderr
     assert "decision round 1" in shown.stdout

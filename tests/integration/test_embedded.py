@@ -51,11 +51,11 @@ def test_cli_run_para_json_and_trace_show(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     res = cli("run", "What is 12*13?", "--strategy", "para", "--json", "--set", "max_rounds=2", db=db)
     data = json.loads(res.stdout)
-    assert {"answer", "strategy", "usage", "cost", "wall_s", "trace_id"} <= set(data), res.stderr
+    assert {"answer", "strategy", "usage", "cost_usd", "wall_s", "trace_id"} <= set(data), res.stderr
     assert data["status"] in ("ok", "budget_exceeded", "error")
     assert data["status"] != "ok" or data["answer"]
     # local models are priced by the compute they take, never silently free
-    assert data["usage"]["input_tokens"] > 0 and data["cost"] > 0
+    assert data["usage"]["input_tokens"] > 0 and data["cost_usd"] > 0
     shown = cli("trace", "show", data["trace_id"], db=db)
     assert shown.returncode == 0, shown.stderr
     assert "decision round 1" in shown.stdout and "(finished)" in shown.stdout

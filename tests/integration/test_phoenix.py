@@ -116,7 +116,7 @@ def test_a_para_episode_reaches_phoenix_with_its_structure_and_tokens(phoenix: s
             assert span["parent_id"] == by_orch[row.parent_id]["context"]["span_id"]
     [root] = [s for s in spans if s["parent_id"] is None]
     assert root["name"] == "invoke_workflow para" and root["status_code"] == "OK"
-    assert root["attributes"]["orchestrion.cost_usd"] == pytest.approx(result["cost"])
+    assert root["attributes"]["orchestrion.cost_usd"] == pytest.approx(result["cost_usd"])
 
     def parent_kind(span: dict[str, Any]) -> str:
         return str(by_id[span["parent_id"]]["attributes"]["orchestrion.kind"])

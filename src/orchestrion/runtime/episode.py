@@ -89,7 +89,7 @@ class EpisodeResult:
             "status": self.status,
             "strategy": self.strategy,
             "usage": {"input_tokens": self.usage.input_tokens, "output_tokens": self.usage.output_tokens},
-            "cost": self.usage.cost_usd,
+            "cost_usd": self.usage.cost_usd,
             "cost_units": self.usage.cost_units,
             "wall_s": round(self.wall_s, 3),
             "trace_id": self.trace_id,
