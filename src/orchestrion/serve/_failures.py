@@ -23,7 +23,8 @@ from urllib.parse import urlsplit
 from ..models.pool import Pool
 from ..runtime.episode import EpisodeResult
 from ..status import EpisodeStatus
-from ._openai_schema import ApiError, episode_summary
+from ._bodies import episode_summary
+from ._openai_schema import ApiError
 
 _URL = re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+")
 _KEYLIKE = re.compile(r"\b(?:sk|pk|rk|key|tok)[-_][A-Za-z0-9_\-]{12,}\b")
@@ -58,9 +59,9 @@ def redact(text: str | None, secrets: Iterable[str] = ()) -> str | None:
     return line if len(line) <= MAX_ERROR_CHARS else line[:MAX_ERROR_CHARS - 3] + "..."
 
 
-def summary(result: EpisodeResult, secrets: Iterable[str]) -> dict[str, Any]:
+def summary(result: EpisodeResult, secrets: Iterable[str], ignored: list[str] | None = None) -> dict[str, Any]:
     """The ``orchestrion`` field of a finished response, its error redacted."""
-    return {**episode_summary(result), "error": redact(result.error, secrets)}
+    return {**episode_summary(result, ignored), "error": redact(result.error, secrets)}
 
 
 def failure(result: EpisodeResult, secrets: Iterable[str]) -> ApiError | None:

@@ -1,8 +1,10 @@
-"""The OpenAI chat-completions wire format, as `orchestrion serve` speaks it.
+"""The OpenAI chat-completions request, as `orchestrion serve` reads it.
 
-Request parsing (with 400s that name the bad field), the conversation -> task prompt
-rule, and the bodies of responses, stream chunks and errors. No web framework here:
-:mod:`orchestrion.serve.server` does the HTTP.
+Request parsing (with 400s that name the bad field, in OpenAI's error shape) and the
+conversation -> task prompt rule. The bodies of responses and stream chunks are in
+:mod:`orchestrion.serve._bodies`, what happens to each request field in
+:mod:`orchestrion.serve._fields`. No web framework here: :mod:`orchestrion.serve.server` does
+the HTTP.
 
 Request
     ``model`` is ``orchestrion/<strategy>``. ``max_tokens`` (or ``max_completion_tokens``, the
@@ -18,8 +20,11 @@ Request
     {"schema": ...}}`` makes the answer one JSON value (the synthesis writes it through the
     structured-output path: constrained decoding where the backend has it, else the schema in
     the prompt and bounded repairs; the type and required keys are checked). ``tools`` (function
-    calling) is refused with a 400: a strategy chooses and runs its own tools. Other OpenAI
-    fields (temperature, top_p, ...) are accepted and ignored; ``n`` must be 1.
+    calling) is refused with a 400: a strategy chooses and runs its own tools. ``stop`` cuts the
+    answer (:mod:`orchestrion.serve._stop`), ``seed`` seeds the episode. Every other field of
+    OpenAI's schema is typed (a bad type is a 400) and either honoured, refused with a 400 that
+    says why, or accepted and ignored for a stated reason, listed back in the response
+    (:mod:`orchestrion.serve._fields`); fields no OpenAI schema has are listed back as ignored.
 
 Conversation -> task prompt
     The last ``user`` message is the task. With nothing before it, the prompt is exactly its
@@ -37,42 +42,8 @@ Conversation -> task prompt
         <the last user message>
 
     Messages after the last user message are ignored. Content may be a string or a list of
-    parts; only ``text`` parts are read.
-
-Response
-    A ``chat.completion``; ``usage`` is the episode's total over all its model calls;
-    ``finish_reason`` is ``length`` when the episode stopped on its budget or the answer was
-    cut at ``max_tokens``, else ``stop``.
-    An episode that ran is a 200 unless it ended in ``error``: the headers
-    ``X-Orchestrion-Trace-Id`` and ``X-Orchestrion-Status`` and the body field
-    ``orchestrion`` = {trace_id, status, error, strategy, cost_usd, wall_s} say how it went.
-    One that ended in ``error`` is a 502 error body (code ``episode_failed``; streamed: an
-    ``error`` event before ``[DONE]``), unless ``--errors-as-200`` or the request's
-    ``orchestrion.errors_as_200`` asks for the 200 (see :mod:`orchestrion.serve._failures`).
-    No upstream URL or key is ever sent.
-
-Streaming (``stream: true``)
-    ``text/event-stream`` of ``chat.completion.chunk`` events, each with one choice:
-
-    1. ``delta: {role: assistant, content: ""}``, with ``orchestrion.trace_id``;
-    2. progress as it happens: chunks with an empty delta and ``orchestrion.progress`` =
-       {event: start|end, span_id, parent_id, kind, name, status, t} (``end`` adds
-       duration_s, input_tokens, output_tokens; ``t`` is seconds since the episode began),
-       one per start and end of each span (round, decision, call, tool, agent, subagent,
-       step, node, answer, ...), sent as the trace store commits it (the server subscribes
-       to the store's in-process event bus before the episode starts);
-    3. the answer as content deltas, token by token while the synthesis model writes it
-       (grounded as it goes: the deltas joined are exactly the final answer). The progress
-       of the answer's own spans may arrive between them. A strategy that answers without
-       a synthesis has its answer sent in word-sized deltas once it is known;
-    4. an empty delta with ``finish_reason`` and the ``orchestrion`` summary above (its
-       ``status`` is the episode's);
-    5. with ``stream_options.include_usage``: a usage chunk with no choices;
-    6. ``data: [DONE]``.
-
-    Silent stretches get ``: keep-alive`` comment lines. The trace id is also a header; the
-    status comes in chunk 4. An Orchestrion error after the stream began is sent as
-    ``data: {"error": {...}}`` (the official client raises it), then ``[DONE]``.
+    ``text`` parts (an assistant's ``refusal`` part is read as text); an image, audio or file
+    part is a 400: the pool's models read text.
 
 Errors
     ``{"error": {message, type, param, code}}``: 400 malformed body, ``tools``, or a token
@@ -84,19 +55,18 @@ Errors
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
-from ..models.types import Usage
 from ..runtime.budget import Budget
-from ..runtime.episode import EpisodeResult
-from ..status import EpisodeStatus
 from ..strategies.registry import strategies
-from ..trace.bus import EventType, TraceEvent
+from ._fields import CHAT_FIELDS, Rule, screen
 
 MODEL_PREFIX = "orchestrion/"
+TEXT_PARTS = ("text", "input_text", "output_text", "refusal")  # content parts read as text
+M = TypeVar("M", bound=BaseModel)
 
 
 class ApiError(Exception):
@@ -162,25 +132,79 @@ class ResponseFormat(BaseModel):
     json_schema: JsonSchemaFormat | None = None
 
 
+def _about(name: str, rules: dict[str, Rule] = CHAT_FIELDS) -> str:
+    rule = rules[name]
+    return f"{rule.fate}: {rule.note}"
+
+
+def _field(name: str, default: Any = None, **kw: Any) -> Any:
+    return Field(default, description=_about(name), **kw)
+
+
 class ChatRequest(BaseModel):
-    """The fields serve reads; other OpenAI fields (temperature, top_p, ...) are accepted and ignored."""
+    """A chat-completions request: every field of OpenAI's schema, typed; what serve does with
+    each is in its description (:data:`orchestrion.serve._fields.CHAT_FIELDS`)."""
 
     model_config = ConfigDict(extra="allow")
 
-    model: str
-    messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, gt=0)
-    max_completion_tokens: int | None = Field(default=None, gt=0)
-    n: int | None = None
-    response_format: ResponseFormat | None = None
-    tools: list[dict[str, Any]] | None = None
-    orchestrion: OrchestrionExtra = Field(default_factory=OrchestrionExtra)
+    model: str = Field(description=_about("model"))
+    messages: list[ChatMessage] = Field(min_length=1, description=_about("messages"))
+    stream: bool = _field("stream", False)
+    stream_options: StreamOptions | None = _field("stream_options")
+    max_tokens: int | None = _field("max_tokens", gt=0)
+    max_completion_tokens: int | None = _field("max_completion_tokens", gt=0)
+    n: int | None = _field("n", ge=1)
+    stop: str | list[str] | None = _field("stop")
+    seed: int | None = _field("seed")
+    response_format: ResponseFormat | None = _field("response_format")
+    modalities: list[Literal["text", "audio"]] | None = _field("modalities")
+    tools: list[dict[str, Any]] | None = _field("tools")
+    functions: list[dict[str, Any]] | None = _field("functions")
+    tool_choice: str | dict[str, Any] | None = _field("tool_choice")
+    function_call: str | dict[str, Any] | None = _field("function_call")
+    parallel_tool_calls: bool | None = _field("parallel_tool_calls")
+    logprobs: bool | None = _field("logprobs")
+    top_logprobs: int | None = _field("top_logprobs", ge=0, le=20)
+    logit_bias: dict[str, float] | None = _field("logit_bias")
+    frequency_penalty: float | None = _field("frequency_penalty", ge=-2, le=2)
+    presence_penalty: float | None = _field("presence_penalty", ge=-2, le=2)
+    temperature: float | None = _field("temperature", ge=0, le=2)
+    top_p: float | None = _field("top_p", ge=0, le=1)
+    audio: dict[str, Any] | None = _field("audio")
+    web_search_options: dict[str, Any] | None = _field("web_search_options")
+    reasoning_effort: str | None = _field("reasoning_effort")
+    verbosity: Literal["low", "medium", "high"] | None = _field("verbosity")
+    prediction: dict[str, Any] | None = _field("prediction")
+    store: bool | None = _field("store")
+    service_tier: str | None = _field("service_tier")
+    prompt_cache_key: str | None = _field("prompt_cache_key")
+    prompt_cache_retention: str | None = _field("prompt_cache_retention")
+    prompt_cache_options: dict[str, Any] | None = _field("prompt_cache_options")
+    metadata: dict[str, str] | None = _field("metadata")
+    user: str | None = _field("user")
+    safety_identifier: str | None = _field("safety_identifier")
+    moderation: dict[str, Any] | None = _field("moderation")
+    orchestrion: OrchestrionExtra = Field(default_factory=OrchestrionExtra, description=_about("orchestrion"))
+    _ignored: list[str] = PrivateAttr(default_factory=list)
+
+    @property
+    def ignored(self) -> list[str]:
+        """The fields the client sent that had no effect (see :mod:`orchestrion.serve._fields`)."""
+        return self._ignored
 
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def stops(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    @property
+    def recorded(self) -> dict[str, Any]:
+        """What the client said about itself, kept in the episode's task metadata."""
+        found = {"metadata": self.metadata, "user": self.user, "safety_identifier": self.safety_identifier}
+        return {k: v for k, v in found.items() if v is not None}
 
     @property
     def json_schema(self) -> dict[str, Any] | None:
@@ -196,8 +220,8 @@ class ChatRequest(BaseModel):
         return fmt.json_schema.schema_
 
 
-def parse_request(body: bytes) -> ChatRequest:
-    """The request, or an :class:`ApiError` 400 naming the bad field."""
+def validated(cls: type[M], body: bytes) -> M:
+    """The JSON ``body`` as a ``cls``, or an :class:`ApiError` 400 naming the bad field."""
     try:
         raw = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -205,19 +229,43 @@ def parse_request(body: bytes) -> ChatRequest:
     if not isinstance(raw, dict):
         raise ApiError(400, "the request body must be a JSON object", code="invalid_json")
     try:
-        req = ChatRequest.model_validate(raw)
+        return cls.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "body"
         raise ApiError(400, f"'{where}': {first['msg']}", code="invalid_request", param=where) from None
-    if req.n not in (None, 1):
-        raise ApiError(400, "'n': only n=1 is supported (one episode per request)", code="invalid_request", param="n")
-    if req.tools:
-        raise ApiError(400, "'tools': function calling is not supported: each orchestrion/<strategy> model runs "
-                       "its own tools and answers with text; drop 'tools' (response_format json_object or "
-                       "json_schema is supported for structured answers)", code="tools_not_supported", param="tools")
+
+
+def screened(req: BaseModel, rules: dict[str, Rule]) -> list[str]:
+    """The ignored fields of ``req``; a 400 for the first refused one."""
+    ignored, refused = screen(req, rules)
+    if refused is not None:
+        name, why = refused
+        code = "tools_not_supported" if name in ("tools", "functions") else "unsupported_value"
+        raise ApiError(400, f"'{name}': {why}", code=code, param=name)
+    return ignored
+
+
+def parse_request(body: bytes) -> ChatRequest:
+    """The request, or an :class:`ApiError` 400 naming the bad field or the refused value."""
+    req = validated(ChatRequest, body)
+    req._ignored = screened(req, CHAT_FIELDS)
+    if any(not s for s in req.stops):
+        raise ApiError(400, "'stop': an empty stop string would end every answer before it starts",
+                       code="invalid_request", param="stop")
+    for i, message in enumerate(req.messages):
+        check_parts(message.content, f"messages.{i}.content")
     req.json_schema  # noqa: B018 - a json_schema format without its schema is a 400 now, not later
     return req
+
+
+def check_parts(content: Any, where: str) -> None:
+    """A 400 for a content part that is not text (the pool's models read text)."""
+    for j, part in enumerate(content if isinstance(content, list) else []):
+        kind = part.get("type")
+        if kind not in TEXT_PARTS:
+            raise ApiError(400, f"'{where}.{j}': a {kind!r} part cannot be read: the pool's models read text, "
+                           "send text parts only", code="unsupported_content", param=f"{where}.{j}")
 
 
 def strategy_of(model: str) -> str:
@@ -242,8 +290,11 @@ def episode_budget(req: ChatRequest, cap: int | None) -> Budget:
 
 def episode_options(req: ChatRequest, cap: int | None) -> dict[str, Any]:
     """The strategy options: ``orchestrion.options`` with ``max_tokens`` (the answer's token limit)
-    lowered to the request's ``max_tokens`` / ``max_completion_tokens`` (a 400 over the cap)."""
+    lowered to the request's ``max_tokens`` / ``max_completion_tokens`` (a 400 over the cap), and
+    ``seed`` from the request's unless the options set one."""
     options = dict(req.orchestrion.options)
+    if req.seed is not None:
+        options.setdefault("seed", req.seed)
     asked = [t for t in (req.max_tokens, req.max_completion_tokens) if t is not None]
     if asked:
         limit = min(asked)
@@ -268,7 +319,7 @@ def text_of(message: ChatMessage) -> str:
         return ""
     if isinstance(content, str):
         return content
-    return "\n".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+    return "\n".join(str(p.get("text", p.get("refusal", ""))) for p in content if p.get("type") in TEXT_PARTS)
 
 
 def task_prompt(messages: list[ChatMessage]) -> str:
@@ -299,70 +350,3 @@ def _turn(message: ChatMessage) -> str:
     else:
         label = message.role.capitalize()
     return f"{label}: {text_of(message).strip()}"
-
-
-# -- responses ----------------------------------------------------------------------------
-def usage_body(usage: Usage) -> dict[str, int]:
-    return {"prompt_tokens": usage.input_tokens, "completion_tokens": usage.output_tokens,
-            "total_tokens": usage.total_tokens}
-
-
-def finish_reason(status: str, answer_finish: str | None = None) -> str:
-    """``length`` for a budget stop or an answer cut at its token limit, else ``stop``."""
-    return "length" if status == EpisodeStatus.BUDGET_EXCEEDED or answer_finish == "length" else "stop"
-
-
-def completion_body(cid: str, created: int, model: str, answer: str, status: str, usage: Usage,
-                    ext: dict[str, Any], answer_finish: str | None = None) -> dict[str, Any]:
-    return {
-        "id": cid,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": answer},
-                     "finish_reason": finish_reason(status, answer_finish), "logprobs": None}],
-        "usage": usage_body(usage),
-        "orchestrion": ext,
-    }
-
-
-def chunk_body(cid: str, created: int, model: str, delta: dict[str, Any] | None = None, *,
-               finish: str | None = None, ext: dict[str, Any] | None = None,
-               usage: Usage | None = None) -> dict[str, Any]:
-    """One ``chat.completion.chunk``; ``delta=None`` gives the usage chunk (no choices)."""
-    body: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
-    body["choices"] = [] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]
-    if usage is not None:
-        body["usage"] = usage_body(usage)
-    if ext is not None:
-        body["orchestrion"] = ext
-    return body
-
-
-def episode_summary(result: EpisodeResult) -> dict[str, Any]:
-    """The ``orchestrion`` field of a finished response."""
-    return {"trace_id": result.trace_id, "status": result.status, "error": result.error,
-            "strategy": result.strategy, "cost_usd": result.cost_usd, "wall_s": round(result.wall_s, 3)}
-
-
-def progress(event: TraceEvent, t0: float) -> dict[str, Any] | None:
-    """The ``orchestrion.progress`` item of a span's start or end event (None for other events and
-    for the episode's root span); ``t0`` is when the episode started."""
-    if event.kind == "episode" or event.type not in (EventType.SPAN_STARTED, EventType.SPAN_ENDED):
-        return None
-    base = {"span_id": event.span_id, "parent_id": event.parent_id, "kind": event.kind, "name": event.name}
-    if event.type is EventType.SPAN_STARTED:
-        return {"event": "start", **base, "status": EpisodeStatus.RUNNING, "t": round(event.ts - t0, 3)}
-    started = float(event.data.get("started", event.ts))
-    usage = event.data.get("usage") or {}
-    return {"event": "end", **base, "status": event.status, "t": round(event.ts - t0, 3),
-            "duration_s": round(event.ts - started, 3), "input_tokens": usage.get("input_tokens", 0),
-            "output_tokens": usage.get("output_tokens", 0)}
-
-
-def sse(data: dict[str, Any]) -> bytes:
-    return b"data: " + orjson.dumps(data, default=str) + b"\n\n"
-
-
-SSE_DONE = b"data: [DONE]\n\n"
-SSE_KEEPALIVE = b": keep-alive\n\n"

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 from starlette.responses import StreamingResponse
@@ -21,18 +21,10 @@ from ..runtime.answer import AnswerChannel, text_pieces
 from ..runtime.episode import EpisodeResult
 from ..trace.bus import EventType, TraceEvent
 from ..trace.store import TraceStore
+from ._bodies import SSE_DONE, SSE_KEEPALIVE, Ending, chunk_body, ending, progress, sse
 from ._failures import failure, summary
-from ._openai_schema import (
-    SSE_DONE,
-    SSE_KEEPALIVE,
-    ApiError,
-    ChatRequest,
-    chunk_body,
-    finish_reason,
-    progress,
-    server_error,
-    sse,
-)
+from ._openai_schema import ApiError, ChatRequest, server_error
+from ._stop import StopCut, cut
 
 KEEPALIVE_S = 15.0
 SETTLE_S = 5.0  # after the episode's task ended: the longest wait for its last committed events
@@ -151,26 +143,35 @@ class EpisodeStream(StreamingResponse):
             self.watch.close()
 
 
-async def sse_events(req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeResult], watch: Watch,
-                     head: list[Item], on_result: Callable[[EpisodeResult, float | None], None],
-                     requested: float) -> AsyncIterator[bytes]:
-    """The SSE body: role, progress and answer deltas as they happen, then the status and [DONE]."""
-    created, model = int(time.time()), req.model
+class KeepAlive:
+    """Nothing happened for :data:`KEEPALIVE_S` seconds."""
 
-    def chunk(delta: dict[str, Any] | None, **kw: Any) -> bytes:
-        return sse(chunk_body(cid, created, model, delta, **kw))
 
-    def render(item: Item) -> bytes | None:
+KEEP_ALIVE = KeepAlive()
+# what a response stream is made of: answer text (str), a progress item (dict), a keep-alive,
+# then the Ending, or an ApiError standing for the episode's failure (the last item either way)
+StreamItem = str | dict[str, Any] | KeepAlive | Ending | ApiError
+
+
+async def stream_items(episode: asyncio.Task[EpisodeResult], watch: Watch, head: list[Item], stops: Sequence[str],
+                       ignored: list[str], requested: float) -> AsyncIterator[StreamItem]:
+    """The episode as it happens: progress and answer text (never past a stop string), then how
+    it ended. ``requested`` (monotonic) is when the request came: the first text sets
+    ``watch.first_text_at`` from it."""
+    cutter = StopCut(stops)
+
+    def sent(out: str) -> str:
+        if out and watch.first_text_at is None:
+            watch.first_text_at = time.monotonic() - requested
+        return out
+
+    def render(item: Item) -> str | dict[str, Any] | None:
         if isinstance(item, str):
-            if watch.first_text_at is None:
-                watch.first_text_at = time.monotonic() - requested
-            return chunk({"content": item})
+            return sent(cutter.feed(item)) or None
         if isinstance(item, TraceEvent):
-            found = progress(item, watch.started if watch.started is not None else item.ts)
-            return None if found is None else chunk({}, ext={"progress": found})
+            return progress(item, watch.started if watch.started is not None else item.ts)
         return None
 
-    yield chunk({"role": "assistant", "content": ""}, ext={"trace_id": watch.episode_id})
     pending = list(head)
     while True:
         if pending:
@@ -179,13 +180,13 @@ async def sse_events(req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeRe
             try:
                 item = await asyncio.wait_for(watch.queue.get(), KEEPALIVE_S)
             except TimeoutError:
-                yield SSE_KEEPALIVE
+                yield KEEP_ALIVE
                 continue
         if item is DONE:
             await watch.settle()
             while not watch.queue.empty():
                 pending.append(watch.queue.get_nowait())
-            for rest in pending:
+            for rest in pending:  # what came in while the episode's last events were committed
                 if (out := render(rest)) is not None:
                     yield out
             break
@@ -197,16 +198,50 @@ async def sse_events(req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeRe
         if failed is not None:
             raise failed
     except ApiError as exc:
-        yield sse(exc.body())
-        yield SSE_DONE
+        yield exc
         return
     pieces, matched = watch.unsent(result.answer)
     for piece in pieces:
-        yield render(piece) or b""
-    on_result(result, watch.first_text_at)
-    done = summary(result, watch.secrets)
-    done = done if matched else {**done, "answer": result.answer}
-    yield chunk({}, finish=finish_reason(result.status, watch.answer_finish), ext=done)
-    if req.include_usage:
-        yield chunk(None, usage=result.usage)
+        if out := sent(cutter.feed(piece)):
+            yield out
+    if matched and (tail := sent(cutter.flush())):
+        yield tail
+    ext = summary(result, watch.secrets, ignored)
+    if matched:
+        answer, stop = cutter.released, cutter.matched
+    else:  # the stream went astray: the answer (cut) is sent whole with the ending
+        answer, stop = cut(result.answer, stops)
+        ext = {**ext, "answer": answer}
+    yield ending(result, answer, stop, watch.answer_finish, ext)
+
+
+def complete_ending(result: EpisodeResult, watch: Watch, stops: Sequence[str], ignored: list[str]) -> Ending:
+    """How a non-streamed response ends."""
+    answer, stop = cut(result.answer, stops)
+    return ending(result, answer, stop, watch.answer_finish, summary(result, watch.secrets, ignored))
+
+
+async def chat_sse(req: ChatRequest, cid: str, items: AsyncIterator[StreamItem],
+                   on_result: Callable[[EpisodeResult], None], trace_id: str) -> AsyncIterator[bytes]:
+    """The chat-completions SSE body: role, progress and answer deltas, then the status and [DONE]."""
+    created, model = int(time.time()), req.model
+
+    def chunk(delta: dict[str, Any] | None, **kw: Any) -> bytes:
+        return sse(chunk_body(cid, created, model, delta, **kw))
+
+    yield chunk({"role": "assistant", "content": ""}, ext={"trace_id": trace_id})
+    async for item in items:
+        if isinstance(item, str):
+            yield chunk({"content": item})
+        elif isinstance(item, dict):
+            yield chunk({}, ext={"progress": item})
+        elif isinstance(item, KeepAlive):
+            yield SSE_KEEPALIVE
+        elif isinstance(item, ApiError):
+            yield sse(item.body())
+        else:
+            on_result(item.result)
+            yield chunk({}, finish=item.finish, stop_reason=item.stop_reason, ext=item.ext)
+            if req.include_usage:
+                yield chunk(None, usage=item.result.usage)
     yield SSE_DONE

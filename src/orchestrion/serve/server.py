@@ -1,19 +1,23 @@
 """`orchestrion serve`: every strategy as a model behind an OpenAI-compatible API.
 
 ``GET /v1/models`` lists each strategy as ``orchestrion/<name>``; ``POST /v1/chat/completions``
-runs one traced episode per request through :func:`orchestrion.runtime.episode.run_episode`, answered whole or
-streamed as server-sent events: progress as the trace store commits it (the request
-subscribes to the store's event bus before its episode starts), then the answer token by
-token. The wire format (extension fields, headers, progress chunks, errors) is documented in
-:mod:`orchestrion.serve._openai_schema`. ``GET /health`` says the server is up (no key
-needed); ``GET /metrics`` is Prometheus text (:mod:`orchestrion.serve._metrics`).
+and ``POST /v1/responses`` run one traced episode per request through
+:func:`orchestrion.runtime.episode.run_episode`, answered whole or streamed as server-sent
+events: progress as the trace store commits it (the request subscribes to the store's event bus
+before its episode starts), then the answer token by token. The wire format (extension fields,
+headers, progress chunks, errors) is documented in :mod:`orchestrion.serve._openai_schema`,
+:mod:`._bodies` and :mod:`._responses`; what happens to each request field in :mod:`._fields`.
+``GET /health`` says the server is up and ``GET /version`` gives the Orchestrion version (no
+key needed for either); ``GET /metrics`` is Prometheus text (:mod:`orchestrion.serve._metrics`);
+``/docs`` and ``/openapi.json`` are FastAPI's own (Swagger UI and the OpenAPI document, with
+every request field and what happens to it).
 
 Every episode in flight is an asyncio task: a full server answers 429 instead of queueing,
 and a client that disconnects has its episode cancelled, which ``run_episode`` records as
 ``cancelled``; the cancellation reaches the model call in progress (the embedded model stops
 before its next token, an HTTP call is closed). Each server process writes one ``runs`` row
 (kind ``serve``); each request's episode has that ``run_id`` and ``task_id`` = the completion
-id (``chatcmpl-...``).
+or response id (``chatcmpl-...``, ``resp_...``).
 
 Listening on an address other than loopback without ``--api-key-env`` is refused unless
 ``--insecure-no-auth`` says so: anyone who reaches the port could spend the pool's tokens.
@@ -28,215 +32,51 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._errors import ConfigError
 from ..models.pool import Pool, load_pool
-from ..runtime.budget import Budget
-from ..runtime.episode import EpisodeResult, run_episode
-from ..runtime.types import Task
-from ..status import RunStatus
-from ..strategies.registry import get_strategy, strategies
+from ..strategies.registry import strategies
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
-from ..trace.tracer import new_id
-from ._exposure import api_key, key_matches, refuse_exposure
-from ._failures import failure, pool_secrets, summary
-from ._metrics import MetricsMiddleware, ServeMetrics
-from ._openai_schema import (
-    MODEL_PREFIX,
-    ApiError,
-    ChatRequest,
-    completion_body,
-    episode_budget,
-    episode_options,
-    error_body,
-    parse_request,
-    server_error,
-    strategy_of,
-    task_prompt,
-)
+from ._bodies import completion_body
+from ._exposure import api_key, refuse_exposure
+from ._metrics import MetricsMiddleware
+from ._openai_schema import MODEL_PREFIX, ApiError, ChatRequest, error_body, parse_request, server_error, strategy_of
 from ._recover import own_run, recover_dead_runs
-from ._stream import DONE, EpisodeStream, Watch, episode_result, sse_events
+from ._responses import ResponsesRequest, new_response_id, parse_responses, response_body, responses_sse
+from ._service import Run, ServeSettings, Service
+from ._stream import EpisodeStream, chat_sse
 
-DISCONNECT_POLL_S = 0.25  # non-streamed requests: how often the connection is checked
-
-
-@dataclass(frozen=True)
-class ServeSettings:
-    """What `orchestrion serve` is configured with."""
-
-    pool: Path | None = None
-    db: Path | None = None
-    host: str = "127.0.0.1"
-    port: int = 8000
-    api_key_env: str | None = None
-    max_concurrent: int = 16
-    max_body_bytes: int = 256 * 1024
-    max_tokens_cap: int | None = None
-    insecure_no_auth: bool = False
-    errors_as_200: bool = False  # an episode ending in error answers 200 instead of 502 (see _failures)
+__all__ = ["ServeSettings", "base_url", "bind_socket", "check_exposure", "create_app", "run_server"]
+STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
-class _Service:
-    """Pool, store, tools and the episodes in flight, shared by every request."""
-
-    def __init__(self, settings: ServeSettings, pool: Pool, store: TraceStore, tools: ToolRegistry) -> None:
-        self.settings = settings
-        self.api_key = api_key(settings.api_key_env)
-        self.pool = pool
-        self.store = store
-        self.tools = tools
-        self.run_id = new_id()
-        self.created = int(time.time())
-        self.inflight: set[asyncio.Task[EpisodeResult]] = set()
-        self.metrics = ServeMetrics()
-        self.started = time.monotonic()
-        self.secrets = pool_secrets(pool)  # never sent to a client
-
-    # -- request checks --------------------------------------------------------------
-    def authorize(self, request: Request) -> None:
-        if self.api_key is None:
-            return
-        header = request.headers.get("authorization", "")
-        if not header:
-            message = "no API key: send it as 'Authorization: Bearer <key>'"
-        elif header.strip().partition(" ")[0].lower() != "bearer" or not key_matches(header, self.api_key):
-            message = "incorrect API key"
-        else:
-            return
-        raise ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
-
-    def health(self) -> dict[str, Any]:
-        return {"status": "ok", "episodes_in_flight": len(self.inflight),
-                "max_concurrent": self.settings.max_concurrent, "models": len(strategies()),
-                "uptime_s": round(time.monotonic() - self.started, 1)}
-
-    async def read_body(self, request: Request) -> bytes:
-        limit = self.settings.max_body_bytes
-        too_large = ApiError(413, f"the request body is over this server's limit of {limit} bytes",
-                             code="request_too_large")
-        declared = request.headers.get("content-length")
-        if declared is not None:
-            if not declared.strip().isdigit():
-                raise ApiError(400, f"bad Content-Length header: {declared!r}", code="invalid_request")
-            if int(declared) > limit:
-                raise too_large
-        body = bytearray()
-        async for part in request.stream():
-            body += part
-            if len(body) > limit:
-                raise too_large
-        return bytes(body)
-
-    # -- episodes --------------------------------------------------------------------
-    def start(self, req: ChatRequest, strategy: str, cid: str, budget: Budget,
-              options: dict[str, Any]) -> tuple[asyncio.Task[EpisodeResult], Watch]:
-        """Start the episode, watched from its first event, or 429 when the server is full.
-        No await between the check and the start."""
-        prompt = task_prompt(req.messages)
-        limit = self.settings.max_concurrent
-        if len(self.inflight) >= limit:
-            raise ApiError(429, f"this server already runs {limit} episodes (its --max-concurrent); retry later",
-                           type="rate_limit_error", code="too_many_episodes", headers={"Retry-After": "1"})
-        task = Task(prompt=prompt, id=cid, metadata={"source": "serve", "model": req.model,
-                                                        "messages": len(req.messages)})
-        episode_id = new_id()
-        keep_200 = req.orchestrion.errors_as_200
-        watch = Watch(self.store, episode_id, live=req.stream, json_schema=req.json_schema, secrets=self.secrets,
-                      errors_as_200=self.settings.errors_as_200 if keep_200 is None else keep_200)
-        episode = asyncio.create_task(run_episode(
-            task, get_strategy(strategy), pool=self.pool, tools=self.tools, store=self.store, budget=budget,
-            options=options, run_id=self.run_id, episode_id=episode_id, answer=watch.channel,
-        ))
-        watch.attach(episode)
-        self.inflight.add(episode)
-        self.metrics.in_flight.set(len(self.inflight))
-        episode.add_done_callback(lambda done: self._finished(done, strategy))
-        return episode, watch
-
-    def _finished(self, episode: asyncio.Task[EpisodeResult], strategy: str) -> None:
-        self.inflight.discard(episode)
-        self.metrics.in_flight.set(len(self.inflight))
-        if episode.cancelled():
-            self.metrics.episodes.labels(strategy, "cancelled").inc()
-        elif isinstance(episode.exception(), ConfigError):
-            pass  # a bad option or budget: refused (400) before any episode was recorded, so none is counted
-        elif episode.exception() is not None:  # retrieved here; the handler re-raises it where it matters
-            self.metrics.episodes.labels(strategy, "error").inc()
-        else:
-            self.metrics.episode(episode.result())
-
-    async def shutdown(self) -> None:
-        for episode in list(self.inflight):
-            episode.cancel()
-        if self.inflight:
-            await asyncio.wait(set(self.inflight), timeout=10)
-        self.store.set_run_status(self.run_id, RunStatus.STOPPED)
-        await self.store.aflush()
-
-    def model_card(self, name: str) -> dict[str, Any]:
-        return {"id": MODEL_PREFIX + name, "object": "model", "created": self.created, "owned_by": "orchestrion",
-                "description": strategies()[name].summary}
-
-
-async def _stream(svc: _Service, req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeResult],
-                  watch: Watch, requested: float) -> Response:
+def version() -> str:
+    """The installed Orchestrion's version (the package root is not imported from here)."""
     try:
-        head = await watch.head()
-    except BaseException:
-        episode.cancel()
-        watch.close()
-        raise
-    if head[-1] is DONE and watch.started is None:  # it failed before writing its row
-        watch.close()
-        episode_result(episode)  # raises the 500 (or 400 for a bad option)
-        raise ApiError(500, "the episode ended without a trace row", type="server_error", code="orchestrion_error")
-
-    def on_result(result: EpisodeResult, ttft: float | None) -> None:
-        if ttft is not None:
-            svc.metrics.ttft.observe(ttft)
-
-    headers = {"X-Orchestrion-Trace-Id": watch.episode_id, "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    return EpisodeStream(sse_events(req, cid, episode, watch, head, on_result, requested), episode, watch, headers)
-
-
-async def _complete(request: Request, req: ChatRequest, cid: str, episode: asyncio.Task[EpisodeResult],
-                    watch: Watch) -> Response:
-    try:
-        while not episode.done():
-            await asyncio.wait({episode}, timeout=DISCONNECT_POLL_S)
-            if not episode.done() and await request.is_disconnected():
-                episode.cancel()  # run_episode records the episode as cancelled
-                await asyncio.wait({episode}, timeout=10)
-                return Response(status_code=499)  # nobody reads it
-    finally:
-        if not episode.done():
-            episode.cancel()
-        await watch.settle()
-    result = episode_result(episode)
-    if not watch.errors_as_200 and (failed := failure(result, watch.secrets)) is not None:
-        raise failed
-    body = completion_body(cid, int(time.time()), req.model, result.answer, result.status, result.usage,
-                           summary(result, watch.secrets), watch.answer_finish)
-    return JSONResponse(body, headers={"X-Orchestrion-Trace-Id": result.trace_id,
-                                       "X-Orchestrion-Status": result.status})
+        return metadata.version("orchestrion")
+    except metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: TraceStore | None = None,
                tools: ToolRegistry | None = None) -> FastAPI:
     """The serve app. ``pool``/``store``/``tools`` override the ones ``settings`` name (tests inject them)."""
     api_key(settings.api_key_env)  # fail fast, before anything is opened
-    svc = _Service(settings, pool if pool is not None else load_pool(settings.pool),
-                   store if store is not None else TraceStore(settings.db), tools or default_tools())
+    svc = Service(settings, pool if pool is not None else load_pool(settings.pool),
+                  store if store is not None else TraceStore(settings.db), tools or default_tools())
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -256,51 +96,105 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
         if store is None:
             await asyncio.to_thread(svc.store.close)
 
-    app = FastAPI(title="orchestrion serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="orchestrion serve", version=version(), lifespan=lifespan, redoc_url=None,
+                  description="Every Orchestrion strategy as a model (orchestrion/<strategy>) behind an "
+                              "OpenAI-compatible API. Each request runs one traced episode.")
     app.state.service = svc
     app.add_middleware(MetricsMiddleware, metrics=svc.metrics)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
-    @app.get("/health")
+    @app.get("/health", summary="Whether the server is up (no key needed)")
     async def health() -> JSONResponse:
         return JSONResponse(svc.health())
 
-    @app.get("/metrics")
+    @app.get("/version", summary="The Orchestrion version (no key needed)")
+    async def get_version() -> JSONResponse:
+        return JSONResponse({"version": version()})
+
+    @app.get("/metrics", summary="Prometheus metrics")
     async def metrics(request: Request) -> Response:
         svc.authorize(request)
         return Response(svc.metrics.render(), media_type=svc.metrics.content_type)
 
-    @app.get("/v1/models")
+    @app.get("/v1/models", summary="Every strategy, as orchestrion/<strategy>")
     async def list_models(request: Request) -> JSONResponse:
         svc.authorize(request)
         return JSONResponse({"object": "list", "data": [svc.model_card(n) for n in sorted(strategies())]})
 
-    @app.get("/v1/models/{model_id:path}")
+    @app.get("/v1/models/{model_id:path}", summary="One strategy as a model")
     async def get_model(model_id: str, request: Request) -> JSONResponse:
         svc.authorize(request)
         return JSONResponse(svc.model_card(strategy_of(model_id)))
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", summary="Chat completions: one episode per request",
+              openapi_extra=_body_schema(ChatRequest))
     async def chat_completions(request: Request) -> Response:
         requested = time.monotonic()
         svc.authorize(request)
         req = parse_request(await svc.read_body(request))
         strategy = strategy_of(req.model)
-        cid = f"chatcmpl-{uuid.uuid4().hex}"
-        cap = settings.max_tokens_cap
         try:
-            episode, watch = svc.start(req, strategy, cid, episode_budget(req, cap), episode_options(req, cap))
+            run = svc.start(req, strategy, f"chatcmpl-{uuid.uuid4().hex}")
             if req.stream:
-                return await _stream(svc, req, cid, episode, watch, requested)
-            return await _complete(request, req, cid, episode, watch)
+                items = await svc.stream(run, requested)
+                body = chat_sse(req, run.cid, items, lambda _: svc.observe(run), run.watch.episode_id)
+                return EpisodeStream(body, run.episode, run.watch, {**run.headers, **STREAM_HEADERS})
+            end = await svc.complete(request, run)
+            if isinstance(end, Response):
+                return end
+            return JSONResponse(completion_body(run.cid, int(time.time()), req.model, end),
+                                headers={**run.headers, "X-Orchestrion-Status": end.result.status})
+        except (ApiError, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a one-line 500; the connection stays usable
+            raise server_error(exc) from None
+
+    @app.post("/v1/responses", summary="Responses API: one episode per request",
+              openapi_extra=_body_schema(ResponsesRequest))
+    async def responses(request: Request) -> Response:
+        requested = time.monotonic()
+        svc.authorize(request)
+        req, chat = parse_responses(await svc.read_body(request))
+        strategy = strategy_of(req.model)
+        try:
+            run: Run = svc.start(chat, strategy, new_response_id())
+            if req.stream:
+                items = await svc.stream(run, requested)
+                body = responses_sse(req, run.cid, items, lambda _: svc.observe(run))
+                return EpisodeStream(body, run.episode, run.watch, {**run.headers, **STREAM_HEADERS})
+            end = await svc.complete(request, run)
+            if isinstance(end, Response):
+                return end
+            return JSONResponse(response_body(run.cid, time.time(), req, end=end),
+                                headers={**run.headers, "X-Orchestrion-Status": end.result.status})
         except (ApiError, asyncio.CancelledError):
             raise
         except Exception as exc:  # noqa: BLE001 - a one-line 500; the connection stays usable
             raise server_error(exc) from None
 
     return app
+
+
+def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that reads its body itself (for its own 400s and size limit)."""
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    """FastAPI's OpenAPI document, with the request models the routes read themselves."""
+    if app.openapi_schema is None:
+        doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+        for model in (ChatRequest, ResponsesRequest):
+            found = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            schemas.update(found.pop("$defs", {}))
+            schemas[model.__name__] = found
+        app.openapi_schema = doc
+    return app.openapi_schema
 
 
 async def _api_error(request: Request, exc: Exception) -> Response:
@@ -353,7 +247,7 @@ def run_server(settings: ServeSettings) -> None:
     """Serve until Ctrl-C; prints one line with the URL once listening."""
     check_exposure(settings)
     app = create_app(settings)
-    svc: _Service = app.state.service
+    svc: Service = app.state.service
     sock = bind_socket(settings.host, settings.port)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
                                            timeout_graceful_shutdown=5))

@@ -1,0 +1,173 @@
+"""What happens to each request field: honoured, refused with a 400, or accepted and ignored.
+
+No field is silently ignored. Every field of OpenAI's chat-completions request has a
+:class:`Rule` in :data:`CHAT_FIELDS` (and every field of a Responses request one in
+:data:`RESPONSES_FIELDS`) that says what serve does with it:
+
+- ``honoured``: serve does what the field asks (a value it cannot honour is a 400 that says why);
+- ``refused``: any value other than the field's neutral one (``null``, ``false``, ``0``, empty)
+  is a 400 that says why, since the answer would not be what the client asked for;
+- ``ignored``: accepted, with no effect, for the reason given. Such fields, and fields no
+  OpenAI schema has, are listed back to the client in the ``X-Orchestrion-Ignored-Fields``
+  header and the response's ``orchestrion.ignored``.
+
+Types are checked first (``temperature: "hot"`` is a 400 naming the field, as vLLM's schema does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+Fate = Literal["honoured", "refused", "ignored"]
+Check = Callable[[Any], str | None]  # a value -> why it is refused (None: accepted)
+
+
+@dataclass(frozen=True)
+class Rule:
+    fate: Fate
+    note: str  # what happens to the field, and why (shown in /docs and the README)
+    check: Check | None = None  # honoured fields: the values refused
+
+
+def _neutral(value: Any) -> bool:
+    return value is None or value is False or value == 0 or value == [] or value == {} or value == ""
+
+
+def _refused(why: str, *, even_empty: bool = False) -> Rule:
+    """Refused unless neutral; ``even_empty``: refused for any value but null (``{}`` turns a feature on)."""
+    return Rule("refused", why, lambda value: None if value is None or (not even_empty and _neutral(value)) else why)
+
+
+def _ignored(why: str) -> Rule:
+    return Rule("ignored", why)
+
+
+_SAMPLING = ("each role of an episode decodes at its own temperature (decisions and synthesis greedy "
+             "by default: small models miscopy digits when sampled); set orchestrion.options "
+             "decision_temperature, synthesis_temperature or agent_temperature instead")
+_TOOLS = ("function calling is not supported: each orchestrion/<strategy> model runs its own tools and "
+          "answers with text (response_format json_object or json_schema gives structured answers)")
+_LOGPROBS = ("token log-probs of the answer are not available: the answer is written by the episode "
+             "(a synthesis grounded on results, its citations replaced by them, or several model calls), "
+             "and the runtime records log-probs only for orchestrator decisions (see the trace)")
+_NO_CHOICE = ("tool_choice: only 'none' or 'auto' (no function is called: there are no client tools)")
+_RECORDED = "recorded in the episode's task metadata (the trace)"
+_CACHE = "prompt prefixes are cached automatically, per model (Orchestrion's prefix cache)"
+_MODEL = Rule("honoured", "the strategy that answers: orchestrion/<strategy> (404 for another)")
+_META = Rule("honoured", _RECORDED)
+_IGNORED_COMMON: dict[str, Rule] = {
+    "temperature": _ignored(_SAMPLING),
+    "top_p": _ignored(_SAMPLING),
+    "parallel_tool_calls": _ignored("no client tool is ever called; each strategy runs its own tools, "
+                                    "in parallel where it chooses"),
+    "store": _ignored("every episode is stored in the trace store whatever this says (nothing is lost)"),
+    "service_tier": _ignored("this server has one tier, bounded by its --max-concurrent"),
+    "prompt_cache_key": _ignored(_CACHE),
+    "prompt_cache_retention": _ignored(_CACHE),
+    "prompt_cache_options": _ignored(_CACHE),
+    "metadata": _META,
+    "user": _META,
+    "safety_identifier": _META,
+    "moderation": _refused("no moderation model is run on this server", even_empty=True),
+}
+
+
+def _tool_choice(value: Any) -> str | None:
+    return None if value is None or value in ("none", "auto") else _NO_CHOICE
+
+
+def _n(value: Any) -> str | None:
+    return None if value in (None, 1) else "only n=1 is supported (one episode per request)"
+
+
+def _modalities(value: Any) -> str | None:
+    return None if value is None or set(value) <= {"text"} else "only text answers: modalities ['text']"
+
+
+CHAT_FIELDS: dict[str, Rule] = {
+    "model": _MODEL,
+    "messages": Rule("honoured", "the conversation becomes the episode's task: system and developer messages "
+                     "as instructions, earlier turns as context, the last user message as the request; "
+                     "text parts only (an image, audio or file part is a 400)"),
+    "stream": Rule("honoured", "server-sent events: progress, then the answer token by token"),
+    "stream_options": Rule("honoured", "include_usage adds the usage chunk; include_obfuscation is ignored "
+                           "(no padding is sent)"),
+    "max_tokens": Rule("honoured", "the answer's token limit (finish_reason 'length' when it is reached)"),
+    "max_completion_tokens": Rule("honoured", "as max_tokens (the lower of the two applies)"),
+    "n": Rule("honoured", "one choice: n=1 only (one episode per request)", _n),
+    "stop": Rule("honoured", "the answer ends before the first stop string (finish_reason 'stop', "
+                 "stop_reason the string); a stream never sends text past one"),
+    "seed": Rule("honoured", "the episode's base sampling seed (orchestrion.options.seed, which wins)"),
+    "response_format": Rule("honoured", "text, json_object or json_schema: the answer is one JSON value "
+                            "that fits (constrained decoding where the backend has it, else repaired)"),
+    "modalities": Rule("honoured", "text only ('audio' is a 400)", _modalities),
+    "tools": _refused(_TOOLS),
+    "functions": _refused(_TOOLS),
+    "tool_choice": Rule("honoured", _NO_CHOICE + "; another value is a 400", _tool_choice),
+    "function_call": Rule("honoured", "as tool_choice: 'none' or 'auto' only", _tool_choice),
+    "logprobs": _refused(_LOGPROBS),
+    "top_logprobs": _refused(_LOGPROBS),
+    "logit_bias": _refused("token ids differ between the pool's models, and the backends take no bias"),
+    "frequency_penalty": _refused("the pool's backends take no frequency penalty"),
+    "presence_penalty": _refused("the pool's backends take no presence penalty"),
+    "audio": _refused("only text answers: no audio output", even_empty=True),
+    "web_search_options": _refused("no web search: the pool's tools run offline (the knowledge searcher "
+                                   "reads a local corpus)", even_empty=True),
+    "reasoning_effort": _ignored("no pool model takes a reasoning-effort control; how much work an "
+                                 "answer gets is the strategy's, bounded by orchestrion.budget"),
+    "verbosity": _ignored("no pool model takes a verbosity control"),
+    "prediction": _ignored("a predicted output only speeds up a hosted model; the answer is the same"),
+    **_IGNORED_COMMON,
+    "orchestrion": Rule("honoured", "Orchestrion's extension: strategy options, budget, errors_as_200"),
+}
+
+RESPONSES_FIELDS: dict[str, Rule] = {
+    "model": _MODEL,
+    "input": Rule("honoured", "a string, or message items (text parts only), as chat messages"),
+    "instructions": Rule("honoured", "as a system message before the input"),
+    "stream": Rule("honoured", "Responses events: created, output_text deltas token by token, completed"),
+    "stream_options": _ignored("include_obfuscation: no padding is sent"),
+    "max_output_tokens": Rule("honoured", "the answer's token limit (status 'incomplete' when it is reached)"),
+    "text": Rule("honoured", "format text, json_object or json_schema (as chat's response_format); "
+                 "verbosity is ignored"),
+    "tools": _refused(_TOOLS),
+    "tool_choice": Rule("honoured", _NO_CHOICE + "; another value is a 400", _tool_choice),
+    "max_tool_calls": _ignored("the strategy's own tool calls are bounded by orchestrion.budget (steps)"),
+    "top_logprobs": _refused(_LOGPROBS),
+    "include": Rule("honoured", "nothing extra can be included: a non-empty list is a 400",
+                    lambda v: None if not v else "no extra output can be included (no tool calls, no log-probs, "
+                                                 "no reasoning text)"),
+    "previous_response_id": _refused("this server keeps no responses: send the whole conversation as input"),
+    "conversation": _refused("this server keeps no conversations: send the whole conversation as input"),
+    "prompt": _refused("no stored prompt templates: send the prompt as input", even_empty=True),
+    "background": _refused("no background responses: use stream to follow a long episode"),
+    "background_options": _ignored("no background responses"),
+    "context_management": _ignored("the whole input becomes the task; nothing is compacted"),
+    "truncation": _ignored("the whole input becomes the task; nothing is truncated"),
+    "reasoning": _ignored("no pool model takes a reasoning control; no reasoning summary is produced"),
+    "image": _refused("no image generation", even_empty=True),
+    "access_programs": _ignored("no access programs on this server"),
+    **_IGNORED_COMMON,
+    "orchestrion": CHAT_FIELDS["orchestrion"],
+}
+
+
+def screen(req: BaseModel, rules: dict[str, Rule]) -> tuple[list[str], tuple[str, str] | None]:
+    """The fields of ``req`` that are ignored (ignored by rule, or unknown), and the first refused
+    one with why (None when nothing is refused). Only fields the client sent are looked at."""
+    ignored: list[str] = []
+    for name in sorted(req.model_fields_set):
+        rule = rules.get(name)
+        if rule is None:
+            continue
+        why = rule.check(getattr(req, name)) if rule.check is not None else None
+        if why is not None:
+            return ignored, (name, why)
+        if rule.fate == "ignored" and getattr(req, name) is not None:
+            ignored.append(name)
+    ignored += sorted(req.model_extra or {})
+    return ignored, None
