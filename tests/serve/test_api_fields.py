@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -75,6 +76,15 @@ def test_every_openai_chat_field_has_a_stated_fate() -> None:
     for name, (fate, _, _) in FIELD_CASES.items():
         assert CHAT_FIELDS[name].fate == fate, name
         assert len(CHAT_FIELDS[name].note) > 10, f"{name}: no reason stated"
+
+
+def test_the_readme_states_each_fields_fate() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Serving strategies to any OpenAI client")[1].split("\n## ")[0]
+    rows = [line.split("|")[1:3] for line in section.splitlines() if line.strip().startswith("| ") and "`" in line]
+    for name, rule in CHAT_FIELDS.items():
+        [fields] = [fields for fate, fields in rows if rule.fate in fate]
+        assert f"`{name}`" in fields, f"README: {name} is not in the '{rule.fate}' row"
 
 
 def test_each_field_does_what_its_fate_says(store: TraceStore) -> None:
