@@ -3,8 +3,9 @@
 Eight BIG-bench tasks, in two phases. First the history ``auto`` learns from: on the
 ``@train`` side, ``direct`` on each model alone and ``--history`` (``program``) on the
 ``local`` pool (SmolLM2-135M, Qwen2.5-Coder-0.5B, -1.5B as tiers 1-3). Then the table, on the
-``@test`` side: ``direct`` on each model alone and ``--table`` (``program``, ``auto``, ``cot``,
-``para``) on the local pool, one row at a time over every task, slowest last. It prints per-task
+``@test`` side: ``direct`` on the 1.5B model alone, then ``--table`` (``auto``, ``program``,
+``para``, ``cot``) on the local pool, then ``direct`` on the other models, one row at a time over
+every task. It prints per-task
 tables, the mean over tasks, the difference from ``direct`` on the 1.5B model paired by example
 with its standard error and compute-unit ratio, and a per-task verdict for ``auto`` and ``para``.
 
@@ -53,8 +54,8 @@ CORE = ["direct", "cot", "para", "uno", "router"]
 STRONGEST = "qwen2.5-coder-1.5b"
 # what auto learns from on @train (each on the local pool; direct also on every model alone)
 HISTORY = ["program"]
-# the @test table, in the order they run (the slowest last: a short run still has every other row)
-TABLE = ["program", "auto", "cot", "para"]
+# the @test table, in the order they run (the most wanted first: a short run still has those rows)
+TABLE = ["auto", "program", "para", "cot"]
 # bounded so that one slow episode cannot eat the run; a stop is recorded as budget_exceeded
 BUDGET = {"wall_s": 300}
 OPTIONS: dict[str, Any] = {"max_rounds": 4}
@@ -287,7 +288,9 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
         for strategy, model in history:
             await one(task, "train", args.train, strategy, model)
     runs: dict[str, dict[str, tuple[str, str]]] = {t: {} for t in tasks}
-    plan = [("direct", m) for m in LOCAL_MODELS] + [(s, None) for s in args.table]
+    # direct on the strongest model first (every verdict is against it), the other single models last
+    plan = ([("direct", STRONGEST)] + [(s, None) for s in args.table]
+            + [("direct", m) for m in LOCAL_MODELS if m != STRONGEST])
     for strategy, model in plan:  # phase 2: the table, one row at a time over every task
         for task in tasks:
             label, run_id = await one(task, "test", args.limit, strategy, model)
@@ -347,7 +350,7 @@ async def main() -> None:
     ap.add_argument("--history", default=",".join(HISTORY),
                     help="strategies run on @train for auto's history, besides direct on each model")
     ap.add_argument("--table", default=",".join(TABLE), help="strategies of the @test table, besides direct "
-                                                              "on each model (slowest last)")
+                                                              "on each model, in the order they run")
     ap.add_argument("--limit-for", default="", metavar="STRATEGY=N,...",
                     help="fewer @test examples for slow strategies, e.g. para=10 (the first N of the same sample)")
     ap.add_argument("--kv-compare", type=int, default=0, metavar="N",

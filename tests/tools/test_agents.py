@@ -8,7 +8,7 @@ from pydantic import BaseModel
 from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve
 from orchestrion._prompts import render
 from orchestrion._text import normalize
-from orchestrion.tools.agents import CoderAgent, ReasonerAgent, SolveDirectlyAgent, majority
+from orchestrion.tools.agents import CoderAgent, ReasonerAgent, SolveDirectlyAgent, majority, program_of
 from orchestrion.tools.envelope import ToolResult, ToolStatus
 from orchestrion.tools.registry import Tool
 
@@ -117,3 +117,11 @@ async def test_the_coder_gives_up_after_one_retry_and_an_empty_print_is_a_failur
     assert len(fake.codes) == 2
     [span] = [s for s in store.spans(res.trace_id) if s.kind == "agent"]
     assert span.status == "exec_error" and "printed nothing" in span.attrs_value()["error"]
+
+
+def test_a_copied_answer_line_is_dropped_only_when_it_breaks_the_program() -> None:
+    reply = "```python\nwords = ['b', 'a']\nprint(' '.join(sorted(words)))\nAnswer: a b\n```"
+    assert program_of(reply) == "words = ['b', 'a']\nprint(' '.join(sorted(words)))\n\n"
+    assert program_of("```python\nprint(1)\n```") == "print(1)\n"
+    broken = "```python\nprint(1\nAnswer: x\n```"
+    assert program_of(broken) == "print(1\nAnswer: x\n"  # still broken: left as written, its error is shown

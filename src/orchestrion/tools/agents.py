@@ -7,6 +7,7 @@ the run context, so its model calls are traced and costed under the tool's span.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections import Counter
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -78,10 +79,25 @@ class ReviewerAgent(PromptAgent):
     template = "agent_reviewer"
 
 
+_ANSWER_LINE = re.compile(r"^(?:final answer|answer)\s*:.*$", re.IGNORECASE | re.MULTILINE)
+
+
 def program_of(text: str) -> str:
-    """The first Python code block of a reply, else the whole reply."""
+    """The first Python code block of a reply, else the whole reply. Small models copy the task's
+    answer-format line ("Answer: ...") into the program: when the code does not compile, such
+    lines (at the start of a line, never valid Python there) are dropped if that makes it compile."""
     found = [code for lang, code in code_blocks(text) if lang in PYTHON_FENCES]
-    return found[0] if found else text
+    code = found[0] if found else text
+    try:
+        compile(code, "<program>", "exec")
+    except (SyntaxError, ValueError):
+        cleaned = _ANSWER_LINE.sub("", code)
+        try:
+            compile(cleaned, "<program>", "exec")
+        except (SyntaxError, ValueError):
+            return code
+        return cleaned
+    return code
 
 
 def _program_problem(result: ToolResult) -> str | None:
