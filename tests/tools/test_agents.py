@@ -125,3 +125,13 @@ def test_a_copied_answer_line_is_dropped_only_when_it_breaks_the_program() -> No
     assert program_of("```python\nprint(1)\n```") == "print(1)\n"
     broken = "```python\nprint(1\nAnswer: x\n```"
     assert program_of(broken) == "print(1\nAnswer: x\n"  # still broken: left as written, its error is shown
+
+
+async def test_a_program_that_printed_nothing_is_retried(store: TraceStore) -> None:
+    empty = ToolResult(output="(no output: the program printed nothing; print the result)", data={"empty": True})
+    fake = FakePython([empty, ToolResult(output="201250")])
+    res, _ = await _episode([{"tool": "coder", "input": "350*575"}], lambda m, c: "print(350*575)",
+                            [CoderAgent(), fake], store)
+    assert len(fake.codes) == 2
+    [span] = [s for s in store.spans(res.trace_id) if s.kind == "agent"]
+    assert span.status == "ok" and span.attrs_value()["output"] == "201250"

@@ -92,6 +92,8 @@ def program_of(text: str) -> str:
         compile(code, "<program>", "exec")
     except (SyntaxError, ValueError):
         cleaned = _ANSWER_LINE.sub("", code)
+        if not cleaned.strip():  # nothing but an answer line: no program to run
+            return code
         try:
             compile(cleaned, "<program>", "exec")
         except (SyntaxError, ValueError):
@@ -104,7 +106,7 @@ def _program_problem(result: ToolResult) -> str | None:
     """Why a program's run does not answer (failed, or printed nothing); None when it does."""
     if not result.ok:
         return f"it failed ({result.status.value}): {(result.error or result.output).strip()[-600:]}"
-    if not result.output.strip():
+    if not result.output.strip() or result.data.get("empty"):
         return "it printed nothing; it must end by printing the answer with print()"
     return None
 
