@@ -61,6 +61,7 @@ class Run:
     cid: str  # the completion or response id, also the episode's task id
     episode: asyncio.Task[EpisodeResult]
     watch: Watch
+    strategy: str
 
     @property
     def headers(self) -> dict[str, str]:
@@ -137,7 +138,8 @@ class Service:
         episode_id = new_id()
         keep_200 = req.orchestrion.errors_as_200
         watch = Watch(self.store, episode_id, live=req.stream, json_schema=req.json_schema, secrets=self.secrets,
-                      errors_as_200=self.settings.errors_as_200 if keep_200 is None else keep_200)
+                      errors_as_200=self.settings.errors_as_200 if keep_200 is None else keep_200,
+                      observe=self.metrics.watcher(strategy))
         episode = asyncio.create_task(run_episode(
             task, get_strategy(strategy), pool=self.pool, tools=self.tools, store=self.store, budget=budget,
             options=options, run_id=self.run_id, episode_id=episode_id, answer=watch.channel,
@@ -146,7 +148,7 @@ class Service:
         self.inflight.add(episode)
         self.metrics.in_flight.set(len(self.inflight))
         episode.add_done_callback(lambda done: self._finished(done, strategy))
-        return Run(req, cid, episode, watch)
+        return Run(req, cid, episode, watch, strategy)
 
     def _finished(self, episode: asyncio.Task[EpisodeResult], strategy: str) -> None:
         self.inflight.discard(episode)
@@ -177,9 +179,10 @@ class Service:
         return stream_items(run.episode, run.watch, head, run.req.stops, run.req.ignored, requested)
 
     def observe(self, run: Run) -> None:
-        """A streamed answer ended: its time to first token goes to the metrics."""
+        """A streamed answer ended: its time to first token and inter-token gaps go to the metrics."""
         if run.watch.first_text_at is not None:
             self.metrics.ttft.observe(run.watch.first_text_at)
+        self.metrics.answer_stream(run.strategy, run.watch.sent_at)
 
     async def complete(self, request: Request, run: Run) -> Ending | Response:
         """Wait for the episode: how it ended, a 499 once the client has gone, or its ApiError."""

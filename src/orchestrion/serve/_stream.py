@@ -42,7 +42,8 @@ class Watch:
     """The trace subscription and answer channel of one episode (``live``: queue them for SSE)."""
 
     def __init__(self, store: TraceStore, episode_id: str, *, live: bool, json_schema: dict[str, Any] | None,
-                 secrets: tuple[str, ...] = (), errors_as_200: bool = False) -> None:
+                 secrets: tuple[str, ...] = (), errors_as_200: bool = False,
+                 observe: Callable[[TraceEvent], None] | None = None) -> None:
         self.episode_id = episode_id
         self.live = live
         self.secrets = secrets  # redacted from every error text sent (see _failures)
@@ -55,6 +56,8 @@ class Watch:
         self.finished = False
         self.last_call_finish: str | None = None
         self.first_text_at: float | None = None
+        self.sent_at: list[float] = []  # monotonic time of each answer delta sent (streamed)
+        self.observe = observe  # sees every event of the episode, in order (the metrics)
         self._pump = asyncio.create_task(self._run())
 
     def _push(self, piece: str) -> None:  # any thread: the embedded model generates in a worker
@@ -66,6 +69,8 @@ class Watch:
     async def _run(self) -> None:
         try:
             async for event in self.sub:
+                if self.observe is not None:
+                    self.observe(event)
                 if event.type is EventType.EPISODE_STARTED:
                     self.started = event.ts
                 elif event.type is EventType.SPAN_ENDED and event.kind == "call":
@@ -161,8 +166,11 @@ async def stream_items(episode: asyncio.Task[EpisodeResult], watch: Watch, head:
     cutter = StopCut(stops)
 
     def sent(out: str) -> str:
-        if out and watch.first_text_at is None:
-            watch.first_text_at = time.monotonic() - requested
+        if out:
+            now = time.monotonic()
+            watch.sent_at.append(now)
+            if watch.first_text_at is None:
+                watch.first_text_at = now - requested
         return out
 
     def render(item: Item) -> str | dict[str, Any] | None:

@@ -185,6 +185,7 @@ class Tracer:
                 name=str(record.get("schema_name") or ""), data={
                     "seq": self._decision_seq, "attempt": record.get("attempt", 0), "model": record.get("model"),
                     "action": record.get("action"), "error": record.get("error"), "valid": bool(record.get("valid")),
+                    "replayed": bool(record.get("replayed")),
                 },
             ))
 
