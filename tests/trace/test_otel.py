@@ -19,7 +19,7 @@ pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest  # noqa: E402
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as ProtoSpan  # noqa: E402
 
-from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve  # noqa: E402
+from orchestrion import Pool, ScriptedModel, Task, ToolRegistry, TraceStore, solve  # noqa: E402
 from orchestrion._errors import ConfigError  # noqa: E402
 from orchestrion.cli import _otel as _otel_cli  # noqa: E402
 from orchestrion.models.cost import Price  # noqa: E402
@@ -268,3 +268,54 @@ def test_cli_eval_sends_each_episode(tmp_path: Path, receiver: Receiver) -> None
     roots = [a for s, a in receiver.spans() if not s.parent_span_id]
     assert len(episodes) == 2 and sorted(a["orchestrion.episode_id"] for a in roots) == sorted(episodes)
     assert {a["orchestrion.run_id"] for a in roots} == {run_id}
+
+
+async def test_llm_cost_on_model_calls_where_known_never_zero_for_unknown(store: TraceStore) -> None:
+    episode_id = await agent_episode(store)
+    rows = {r.id: r for r in store.spans(episode_id)}
+    spans = episode_spans(store, episode_id)
+    calls = [s for s in spans if (s.attributes or {}).get("openinference.span.kind") == "LLM"]
+    assert len(calls) >= 3
+    for call in calls:
+        attrs = dict(call.attributes or {})
+        row = rows[str(attrs["orchestrion.span_id"])]
+        assert row.cost_usd is not None and row.cost_usd > 0 and attrs["llm.cost.total"] == pytest.approx(row.cost_usd)
+        # the split is the model's price times its tokens, and adds up to the total
+        price_in, price_out = (10, 20) if row.name == "big" else (1, 2)
+        assert attrs["llm.cost.prompt"] == pytest.approx(row.input_tokens * price_in / 1e6)
+        assert attrs["llm.cost.completion"] == pytest.approx(row.output_tokens * price_out / 1e6)
+        assert float(attrs["llm.cost.prompt"]) + float(attrs["llm.cost.completion"]) == pytest.approx(row.cost_usd)
+    assert not any(k.startswith("llm.cost.") for s in spans if s not in calls for k in (s.attributes or {}))
+    episode = store.episode(episode_id)
+    assert episode is not None and episode.cost_usd is not None
+    assert sum(float((c.attributes or {})["llm.cost.total"]) for c in calls) == pytest.approx(episode.cost_usd)
+
+    unpriced = ScriptedModel([act([], True), "42"], name="free-ish")  # no price: cost unknown
+    res = await solve("What is 84/2?", strategy="para", pool=Pool.from_models([unpriced]), store=store)
+    for span in episode_spans(store, res.trace_id):
+        assert not any(k.startswith("llm.cost.") for k in (span.attributes or {}))
+        assert "orchestrion.cost_usd" not in (span.attributes or {})
+
+
+async def test_session_id_groups_a_run_or_a_conversation(store: TraceStore) -> None:
+    def sessions(episode_id: str) -> set[Any]:
+        spans = episode_spans(store, episode_id)
+        assert spans
+        return {(s.attributes or {}).get("session.id") for s in spans}
+
+    def pool() -> Pool:
+        return Pool.from_models([ScriptedModel([act([], True), "42"], name="orch")])
+
+    store.create_run("eval-run-1", "eval", {})
+    store.create_run("serve-run-1", "serve", {})
+    evals = [await solve("What is 84/2?", strategy="para", pool=pool(), store=store, run_id="eval-run-1")
+             for _ in range(2)]
+    assert [sessions(r.trace_id) for r in evals] == [{"eval-run-1"}, {"eval-run-1"}]  # one session per eval run
+    chat = Task(prompt="What is 84/2?", metadata={"source": "serve", "metadata": {"session_id": "conv-7"}})
+    served = await solve(chat, strategy="para", pool=pool(), store=store, run_id="serve-run-1")
+    assert sessions(served.trace_id) == {"conv-7"}  # the client's conversation
+    alone = await solve("What is 84/2?", strategy="para", pool=pool(), store=store, run_id="serve-run-1")
+    assert sessions(alone.trace_id) == {alone.trace_id}  # a serve process is no session: the episode is its own
+    unrun = await solve("What is 84/2?", strategy="para", pool=pool(), store=store)
+    row = store.episode(unrun.trace_id)
+    assert row is not None and sessions(unrun.trace_id) == {row.run_id or row.id}

@@ -19,3 +19,10 @@ def cost_of(price: Price | None, input_tokens: int, output_tokens: int) -> float
     if price is None:
         return None
     return (input_tokens * price.input_per_mtok + output_tokens * price.output_per_mtok) / 1e6
+
+
+def cost_parts(price: Price | None, input_tokens: int, output_tokens: int) -> tuple[float, float] | None:
+    """Dollars of one call's prompt and of its completion, or ``None`` when the price is not known."""
+    if price is None:
+        return None
+    return input_tokens * price.input_per_mtok / 1e6, output_tokens * price.output_per_mtok / 1e6

@@ -15,6 +15,7 @@ from typing import Any, Generic, Literal, TypeVar
 from pydantic import BaseModel
 
 from .._errors import ModelError
+from ..models.cost import Price, cost_parts
 from ..models.pool import Pool
 from ..models.structured import parse_as, repair_messages, schema_prompt
 from ..models.types import Completion, GenerateConfig, Message, Usage
@@ -204,9 +205,19 @@ class RunContext:
                 # prefix reuse and threads, where the backend reports them (models/_prefix.py, _threads.py)
                 **{k: completion.extra[k] for k in CALL_EXTRAS if k in completion.extra},
             )
+            span.set(**self._cost_parts(model_name, completion.usage))
             span.charge(completion.usage)
             self.budget.charge(completion.usage)
         return completion
+
+    def _cost_parts(self, model_name: str, usage: Usage) -> dict[str, float]:
+        """The call's dollars split into prompt and completion (OpenTelemetry's ``llm.cost.*``),
+        where its cost is known; nothing otherwise, never 0 for unknown."""
+        price = getattr(self.pool.get(model_name), "price", None)
+        parts = cost_parts(price, usage.input_tokens, usage.output_tokens) if isinstance(price, Price) else None
+        if usage.cost_usd is None or parts is None:
+            return {}
+        return {"cost_prompt_usd": parts[0], "cost_completion_usd": parts[1]}
 
     async def decide(
         self,

@@ -16,6 +16,16 @@ over a trace counts each call once. Every span also carries Orchestrion's own vi
 ``orchestrion.status``, the subtree's rolled-up ``orchestrion.input_tokens`` /
 ``orchestrion.output_tokens``, ``orchestrion.cost_usd`` (absent when unknown) and
 ``orchestrion.cost_units``. ``openinference.span.kind`` names the span's role for Phoenix.
+
+OpenInference's attributes, which Phoenix reads:
+
+- ``session.id`` on every span of an episode: the client's session or conversation id for a
+  served request (``metadata.session_id`` or ``metadata.conversation_id`` of the chat request),
+  else the episode's run id (an eval run groups as one session; a serve process is not a
+  session), else the episode id;
+- on model-call spans whose cost is known, ``llm.cost.total`` (USD) and, where the call
+  recorded its price split, ``llm.cost.prompt`` and ``llm.cost.completion``. An unknown cost
+  gets no attribute, never 0.
 """
 
 from __future__ import annotations
@@ -78,12 +88,27 @@ def span_name(row: SpanRow, attrs: dict[str, Any]) -> str:
     return name if name.startswith(kind) else f"{kind} {name}".strip()  # "round 1", not "round round 1"
 
 
+def session_id(episode: EpisodeRow, run_kind: str | None) -> str:
+    """The ``session.id`` of an episode's spans (see the module docstring); ``run_kind`` is the
+    kind of its ``runs`` row (None when it has none)."""
+    task = episode.task_value()
+    meta = task.get("metadata") if isinstance(task, dict) else None
+    client = meta.get("metadata") if isinstance(meta, dict) else None
+    if isinstance(client, dict):
+        for key in ("session_id", "conversation_id"):
+            if isinstance(client.get(key), str) and client[key]:
+                return str(client[key])
+    if episode.run_id and run_kind != "serve":
+        return str(episode.run_id)
+    return str(episode.id)
+
+
 def span_attributes(row: SpanRow, attrs: dict[str, Any], episode: EpisodeRow, *,
-                    provider: str, content: bool) -> Attributes:
+                    provider: str, content: bool, session: str | None = None) -> Attributes:
     """Every attribute of one exported span (see the module docstring)."""
     kind = str(row.kind or "span")
     operation, oi_kind = _ROLES.get(kind, (None, "CHAIN"))
-    out: Attributes = {"openinference.span.kind": oi_kind}
+    out: Attributes = {"openinference.span.kind": oi_kind, "session.id": session or str(episode.id)}
     if operation is not None:
         out["gen_ai.operation.name"] = operation
         out["gen_ai.provider.name"] = provider
@@ -148,6 +173,7 @@ def _call_attrs(row: SpanRow, attrs: dict[str, Any], content: bool) -> Attribute
         "gen_ai.usage.input_tokens": int(row.input_tokens or 0),
         "gen_ai.usage.output_tokens": int(row.output_tokens or 0),
     }
+    out.update(_cost_attrs(row, attrs))
     if attrs.get("purpose"):
         out["orchestrion.purpose"] = str(attrs["purpose"])
     if attrs.get("finish_reason"):
@@ -160,6 +186,20 @@ def _call_attrs(row: SpanRow, attrs: dict[str, Any], content: bool) -> Attribute
             reply = {"role": "assistant", "parts": [{"type": "text", "content": _text(attrs["output"])}],
                      "finish_reason": str(attrs.get("finish_reason") or "stop")}
             out["gen_ai.output.messages"] = orjson.dumps([reply]).decode()
+    return out
+
+
+def _cost_attrs(row: SpanRow, attrs: dict[str, Any]) -> Attributes:
+    """OpenInference's ``llm.cost.*`` of a model call whose cost is known (none when unknown)."""
+    if row.cost_usd is None:
+        return {}
+    total = float(row.cost_usd)
+    out: Attributes = {"llm.cost.total": total}
+    prompt, completion = attrs.get("cost_prompt_usd"), attrs.get("cost_completion_usd")
+    if isinstance(prompt, (int, float)) and isinstance(completion, (int, float)) \
+            and abs(prompt + completion - total) <= 1e-9 * max(1.0, total):  # a split that adds up
+        out["llm.cost.prompt"] = float(prompt)
+        out["llm.cost.completion"] = float(completion)
     return out
 
 

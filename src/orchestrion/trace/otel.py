@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from .._errors import ConfigError
 from ..status import EpisodeStatus
-from ._otel_attrs import capture_content, decoded_attrs, span_attributes, span_name
+from ._otel_attrs import capture_content, decoded_attrs, session_id, span_attributes, span_name
 from .store import TraceStore
 
 try:
@@ -137,6 +137,8 @@ def episode_spans(store: TraceStore, episode_id: str, *, providers: dict[str, st
     the_resource = res or resource()
     content = capture_content()
     fallback_end = float(episode.ended or 0.0)
+    kinds = store.query("SELECT kind FROM runs WHERE id = ?", (episode.run_id,)) if episode.run_id else []
+    session = session_id(episode, str(kinds[0]["kind"]) if kinds else None)
     out: list[ReadableSpan] = []
     for row in rows:
         attrs = decoded_attrs(row)
@@ -152,7 +154,7 @@ def episode_spans(store: TraceStore, episode_id: str, *, providers: dict[str, st
             parent=SpanContext(trace_id, _span_id(parent), is_remote=False,
                                trace_flags=TraceFlags(TraceFlags.SAMPLED)) if parent else None,
             resource=the_resource,
-            attributes=span_attributes(row, attrs, episode, provider=provider, content=content),
+            attributes=span_attributes(row, attrs, episode, provider=provider, content=content, session=session),
             events=events.get(row.id, []),
             kind=SpanKind.CLIENT if row.kind == "call" else SpanKind.INTERNAL,
             status=_status(str(row.status or EpisodeStatus.RUNNING), attrs),
