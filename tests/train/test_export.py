@@ -223,6 +223,39 @@ async def test_cli_errors_are_one_line(store: TraceStore, tmp_path: Path) -> Non
     assert res.exit_code == 0 and "kept after no tool above 0.4 of records: 3" in res.output
 
 
+async def test_cli_grounded_only_says_how_many_rows_each_filter_removed(store: TraceStore, tmp_path: Path) -> None:
+    from tests.train.test_records import GROUNDING_RUN, build_grounding_run
+
+    await build_grounding_run(store)
+    runner = CliRunner()
+    out = tmp_path / "g"
+    res = runner.invoke(app, ["train", "export", "--run", GROUNDING_RUN, "--format", "verl", "--out", str(out),
+                              "--db", str(store.path), "--grounded-only"])
+    assert res.exit_code == 0, res.output
+    # G, U, W: a call decision and a final one; N: the final one only (7 records)
+    assert f"records read: 7 decision attempts from 4 episodes of run {GROUNDING_RUN}" in res.output
+    assert "kept after successful episodes: 5 (removed 2)" in res.output  # W
+    assert "kept after answer grounded on a result: 2 (removed 3)" in res.output  # U and N
+    assert "(2 rows, 1 episodes)" in res.output
+    info = json.loads((out / "dataset_info.json").read_text())
+    assert info["removed_by_filter"]["answer grounded on a result"] == 3 and info["filters"]["grounded_only"] is True
+    res = runner.invoke(app, ["train", "export", "--run", GROUNDING_RUN, "--format", "verl", "--out", str(out),
+                              "--db", str(store.path)])
+    assert res.exit_code == 0 and "answer grounded" not in res.output and "(5 rows, 3 episodes)" in res.output
+
+
+def test_empty_after_grounding_says_why() -> None:
+    from orchestrion.cli._train_data import _why_empty
+
+    rec = DecisionRecord(decision_id="d", episode_id="e", run_id="r9", task_id="t", strategy="para", seq=1, attempt=0,
+                         model="m", schema_name="S", messages=[], output="", prompt_token_ids=None, token_ids=None,
+                         logprobs=None, action=None, error=None, valid=True, episode_status="ok", score=1.0,
+                         correct=True, repaired=False)
+    msg = _why_empty("answer grounded on a result", "r9", [rec])
+    assert "no episode of run r9 has its answer grounded" in msg and "1 of 1 episodes have no grounding measure" in msg
+    assert msg.endswith("leave out --grounded-only")
+
+
 def test_empty_after_tool_cap_says_which_option_to_change() -> None:
     from orchestrion.cli._train_data import _why_empty
 

@@ -15,6 +15,7 @@ from orchestrion.train.records import (
     RecordFilter,
     cap_tool_share,
     filter_records,
+    filter_steps,
     load_records,
 )
 from tests.helpers import CrashTool, LookupTool
@@ -181,3 +182,51 @@ async def test_replayed_decisions_are_marked_and_left_out(store: TraceStore) -> 
     kept = filter_records(records, RecordFilter())
     assert first.id not in {r.decision_id for r in kept} and len(kept) == 5
     assert first.id in {r.decision_id for r in filter_records(records, RecordFilter(sampled_only=False))}
+
+
+GROUNDING_RUN = "run-grounding"
+
+
+async def build_grounding_run(store: TraceStore) -> dict[str, str]:
+    """Four para episodes of GROUNDING_RUN scored as eval scores them (answer '5' is correct):
+
+    G: calculator(2+3) gives 5, the answer 5: grounded.
+    U: calculator(1) gives 1, the answer 5 anyway: correct, but no result of the episode is.
+    N: no call at all, the answer 5: correct, no result to measure.
+    W: calculator(2+3) gives 5, the answer 6: wrong.
+    """
+    from orchestrion.eval.scoring import scoring
+    from orchestrion.runtime.episode import run_episode
+    from orchestrion.strategies.registry import get_strategy
+
+    async def scorer(task: Task, output: str) -> dict[str, Any]:
+        right = output.strip() == "5"
+        return {"score": 1.0 if right else 0.0, "correct": right}
+
+    plans = {"G": ([{"tool": "calculator", "input": "2+3"}], "5"), "U": ([{"tool": "calculator", "input": "1"}], "5"),
+             "N": ([], "5"), "W": ([{"tool": "calculator", "input": "2+3"}], "6")}
+    ids = {}
+    for key, (calls, answer) in plans.items():
+        replies = [action(calls), action([], True), answer] if calls else [action([], True), answer]
+        res = await run_episode(Task(prompt="What is 2+3?", id=f"t-{key}", answer="5"), get_strategy("para"),
+                                pool=Pool.from_models([ScriptedModel(replies, name="orch")]), tools=tools(),
+                                store=store, run_id=GROUNDING_RUN, review=scoring(scorer))
+        assert res.answer == answer, (key, res.answer)
+        ids[key] = res.trace_id
+    await store.aflush()
+    return ids
+
+
+async def test_grounded_only_keeps_episodes_whose_answer_rests_on_their_own_result(store: TraceStore) -> None:
+    ids = await build_grounding_run(store)
+    meta = {k: (store.episode(i) or pytest.fail("missing")).meta_value() for k, i in ids.items()}
+    assert [meta[k].get("evidence_correct") for k in "GUNW"] == [True, False, None, True]
+    records = load_records(store, run_id=GROUNDING_RUN)
+    assert {r.episode_id for r in records if r.grounded} == {ids["G"]}
+    flt = RecordFilter(grounded_only=True, max_tool_share=None, dedupe=False)
+    steps = dict(filter_steps(records, flt))
+    assert {r.episode_id for r in steps["successful episodes"]} == {ids["G"], ids["U"], ids["N"]}
+    assert {r.episode_id for r in steps["answer grounded on a result"]} == {ids["G"]}
+    assert {r.episode_id for r in filter_records(records, flt)} == {ids["G"]}
+    # off by default: the other filters keep the correct but ungrounded episodes
+    assert ids["U"] in {r.episode_id for r in filter_records(records, RecordFilter(max_tool_share=None))}

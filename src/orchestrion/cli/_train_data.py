@@ -35,6 +35,9 @@ def export(
         help="no tool in more than this share of rows (ParaManager-style cap, e.g. 0.5); 1 = no cap")] = 1.0,
     include_failed: Annotated[bool, typer.Option(
         "--include-failed", help="keep episodes that were not successful")] = False,
+    grounded_only: Annotated[bool, typer.Option(
+        "--grounded-only", help="only episodes whose answer is grounded on a tool or agent result of their own "
+                                "trajectory (evidence_correct, from an eval run's scoring)")] = False,
     rewards: Annotated[Path | None, typer.Option(
         "--rewards", help="rewards.yaml for meta.reward (default weights otherwise)")] = None,
     gguf: Annotated[Path | None, typer.Option(
@@ -62,11 +65,14 @@ def export(
                           "export a run of a strategy such as para, milestone or proactive")
     flt = RecordFilter(successful_only=False, keep_recoverable=True, max_tool_share=None, dedupe=False,
                        valid_only=False, sampled_only=False) if all_records else RecordFilter(
-        successful_only=not include_failed, one_per_task=one_per_task,
+        successful_only=not include_failed, one_per_task=one_per_task, grounded_only=grounded_only,
         max_tool_share=max_tool_share if max_tool_share < 1.0 else None)
     kept = records
-    for step, kept in filter_steps(records, flt):
-        out.print(f"  kept after {step}: {len(kept)}", highlight=False)
+    removed: dict[str, int] = {}
+    for step, now in filter_steps(records, flt):
+        removed[step] = len(kept) - len(now)
+        kept = now
+        out.print(f"  kept after {step}: {len(kept)} (removed {removed[step]})", highlight=False)
         if not kept:
             raise ConfigError(_why_empty(step, run_id, records))
     if augment > 0:
@@ -76,8 +82,8 @@ def export(
         kept = augment_records(kept, augment)
         out.print(f"  repair copies added (--augment {augment:g}): {len(kept) - before}", highlight=False)
     episode_rewards = {eid: episode_reward(store, eid, cfg) for eid in dict.fromkeys(r.episode_id for r in kept)}
-    info = {"run_id": run_id, "records_read": len(records), "filters": flt.__dict__, "rewards_config": cfg.model_dump(),
-            "augment": augment}
+    info = {"run_id": run_id, "records_read": len(records), "filters": flt.__dict__, "removed_by_filter": removed,
+            "rewards_config": cfg.model_dump(), "augment": augment}
     with err.status(f"writing {len(kept)} rows..."):
         path = _write(fmt, kept, out_dir, episode_rewards, info, gguf)
     out.print(
@@ -115,6 +121,12 @@ def _why_empty(step: str, run_id: str, records: list[DecisionRecord]) -> str:
         unscored = sum(1 for r in episodes if r.score is None and r.correct is None)
         note = f" ({unscored} of {len(episodes)} episodes are unscored)" if unscored else ""
         return f"no successful episodes in run {run_id}{note}; pass --include-failed to export them anyway"
+    if step.startswith("answer grounded"):
+        unmeasured = sum(1 for r in episodes if r.evidence_correct is None)
+        note = (f" ({unmeasured} of {len(episodes)} episodes have no grounding measure: it is computed when eval "
+                "scores an episode that has tool or agent results, and not for code tasks)") if unmeasured else ""
+        return f"no episode of run {run_id} has its answer grounded on a result of its own trajectory{note}; " \
+               "leave out --grounded-only"
     if step.startswith("valid"):
         return f"no valid orchestrator output left in run {run_id}; pass --all to export invalid attempts too"
     if step.startswith("no tool"):

@@ -58,6 +58,14 @@ class DecisionRecord:
     dataset: str | None = None
     episode_tool_failures: int = 0  # tool/agent calls of the episode that did not end ok
     replayed: bool = False  # copied from an earlier episode by a tree/counterfactual rollout, not sampled
+    evidence_correct: bool | None = None  # a tool/agent result of the episode, scored as the answer, was correct
+
+    @property
+    def grounded(self) -> bool:
+        """Its episode's answer rests on a result of its own trajectory: the episode succeeded and
+        some tool or agent result of it was itself a correct answer (eval's grounding measure,
+        ``evidence_correct`` in the episode meta; not computed for code tasks)."""
+        return self.evidence_correct is True and self.successful
 
     @property
     def successful(self) -> bool:
@@ -168,6 +176,7 @@ def _episode_records(store: TraceStore, ep: EpisodeRow) -> list[DecisionRecord]:
     task = _json(ep.task) or {}
     score = meta.get("score")
     correct = meta.get("correct")
+    evidence = meta.get("evidence_correct")
     ended_valid: dict[str, bool] = defaultdict(bool)
     had_invalid: dict[str, bool] = defaultdict(bool)
     for r in rows:
@@ -196,6 +205,7 @@ def _episode_records(store: TraceStore, ep: EpisodeRow) -> list[DecisionRecord]:
             task_answer=task.get("answer") if isinstance(task.get("answer"), str) else None,
             dataset=(task.get("metadata") or {}).get("dataset") if isinstance(task.get("metadata"), dict) else None,
             episode_tool_failures=failures, replayed=int(r.attempt or 0) in replayed.get(sid, set()),
+            evidence_correct=evidence if isinstance(evidence, bool) else None,
         ))
     return out
 
@@ -214,6 +224,9 @@ class RecordFilter:
     first). ``valid_only``: only schema-valid outputs (a repair turn is valid, and its context
     shows the error it repairs). ``sampled_only``: leave out decisions that a tree or
     counterfactual rollout replayed from an earlier episode (copies without token ids).
+    ``grounded_only``: only episodes whose answer is grounded on a result of their own
+    trajectory (:attr:`DecisionRecord.grounded`): a correct answer that no call of the
+    episode contributed to teaches the orchestrator calls that did nothing.
     """
 
     successful_only: bool = True
@@ -223,6 +236,7 @@ class RecordFilter:
     one_per_task: bool = False
     valid_only: bool = True
     sampled_only: bool = True
+    grounded_only: bool = False
 
 
 def filter_steps(records: Sequence[DecisionRecord], flt: RecordFilter) -> list[tuple[str, list[DecisionRecord]]]:
@@ -235,6 +249,9 @@ def filter_steps(records: Sequence[DecisionRecord], flt: RecordFilter) -> list[t
     if flt.successful_only:
         kept = [r for r in kept if r.successful]
         steps.append(("successful episodes", kept))
+    if flt.grounded_only:
+        kept = [r for r in kept if r.grounded]
+        steps.append(("answer grounded on a result", kept))
     if not flt.keep_recoverable:
         troubled = {r.episode_id for r in kept if not r.valid or r.episode_tool_failures}
         kept = [r for r in kept if r.episode_id not in troubled]
