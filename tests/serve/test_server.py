@@ -143,8 +143,9 @@ async def test_async_client_streamed_and_not(store: TraceStore) -> None:
 
 def test_stream_sends_progress_as_it_happens_then_the_answer(store: TraceStore) -> None:
     with serving(para_pool(delay_s=0.3), store) as url:
-        stream = client(url).chat.completions.create(model="orchestrion/para", messages=ASK, stream=True,
-                                                     stream_options={"include_usage": True})
+        stream = client(url).chat.completions.create(
+            model="orchestrion/para", messages=ASK, stream=True,
+            stream_options={"include_usage": True, "include_progress": True})  # type: ignore[call-overload]
         seen = [(time.monotonic(), chunk) for chunk in stream]
     chunks = [c for _, c in seen]
     assert all(c.object == "chat.completion.chunk" and c.model == "orchestrion/para" for c in chunks)

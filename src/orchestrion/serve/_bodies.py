@@ -5,39 +5,47 @@ Response
     ``finish_reason`` is ``stop`` when the answer was cut at a ``stop`` string (``stop_reason``
     names it, as vLLM does), else ``length`` when the episode stopped on its budget or the answer
     was cut at ``max_tokens``, else ``stop``.
-    An episode that ran is a 200 unless it ended in ``error``: the headers
-    ``X-Orchestrion-Trace-Id`` and ``X-Orchestrion-Status`` and the body field
-    ``orchestrion`` = {trace_id, status, error, strategy, cost_usd, wall_s} say how it went
-    (with ``ignored``: the request fields that had no effect, also in the header
-    ``X-Orchestrion-Ignored-Fields``).
-    One that ended in ``error`` is a 502 error body (code ``episode_failed``; streamed: an
+    An episode that ran is a 200 unless it ended in ``error``. How it went is told three ways,
+    so that a client which drops unknown fields (LangChain, LiteLLM) still sees it:
+    ``system_fingerprint`` = ``orchestrion;status=<status>;trace_id=<id>`` (a standard field:
+    LangChain's ``response_metadata["system_fingerprint"]``, LiteLLM's ``system_fingerprint``),
+    the headers ``X-Orchestrion-Trace-Id`` and ``X-Orchestrion-Status``, and the body field
+    ``orchestrion`` = {trace_id, status, error, strategy, cost_usd, wall_s} (with ``ignored``:
+    the request fields that had no effect, also in the header ``X-Orchestrion-Ignored-Fields``).
+    One that ended in ``error`` is a 502 error body (code ``episode_failed``, with
+    ``x-should-retry: false``: the episode already retried its model calls, so the official
+    client and the clients built on it raise at once instead of running it again; streamed: an
     ``error`` event before ``[DONE]``), unless ``--errors-as-200`` or the request's
     ``orchestrion.errors_as_200`` asks for the 200 (see :mod:`orchestrion.serve._failures`).
     No upstream URL or key is ever sent.
 
 Streaming (``stream: true``)
-    ``text/event-stream`` of ``chat.completion.chunk`` events, each with one choice:
+    ``text/event-stream`` of ``chat.completion.chunk`` events, each with one choice and a
+    ``system_fingerprint`` whose status is ``running`` until the finishing chunk:
 
     1. ``delta: {role: assistant, content: ""}``, with ``orchestrion.trace_id``;
-    2. progress as it happens: chunks with an empty delta and ``orchestrion.progress`` =
-       {event: start|end, span_id, parent_id, kind, name, status, t} (``end`` adds
-       duration_s, input_tokens, output_tokens; ``t`` is seconds since the episode began),
-       one per start and end of each span (round, decision, call, tool, agent, subagent,
-       step, node, answer, ...), sent as the trace store commits it (the server subscribes
-       to the store's in-process event bus before the episode starts);
+    2. only when asked for, with ``stream_options: {"include_progress": true}`` or the header
+       ``X-Orchestrion-Progress: true``: progress as it happens, chunks with an empty delta and
+       ``orchestrion.progress`` = {event: start|end, span_id, parent_id, kind, name, status, t}
+       (``end`` adds duration_s, input_tokens, output_tokens; ``t`` is seconds since the
+       episode began), one per start and end of each span (round, decision, call, tool, agent,
+       subagent, step, node, answer, ...), sent as the trace store commits it (the server
+       subscribes to the store's in-process event bus before the episode starts). A plain
+       client gets a plain stream: standard clients show an empty delta as nothing;
     3. the answer as content deltas, token by token while the synthesis model writes it
        (grounded as it goes: the deltas joined are exactly the final answer, up to its first
        ``stop`` string: a tail that may begin one is held back until it cannot). The progress
        of the answer's own spans may arrive between them. A strategy that answers without
        a synthesis has its answer sent in word-sized deltas once it is known;
-    4. an empty delta with ``finish_reason`` and the ``orchestrion`` summary above (its
-       ``status`` is the episode's);
+    4. an empty delta with ``finish_reason``, the ``orchestrion`` summary above and the
+       final ``system_fingerprint`` (both carry the episode's status: LangChain puts the
+       fingerprint of this chunk in the streamed message's ``response_metadata``);
     5. with ``stream_options.include_usage``: a usage chunk with no choices;
     6. ``data: [DONE]``.
 
-    Silent stretches get ``: keep-alive`` comment lines. The trace id is also a header; the
-    status comes in chunk 4. An Orchestrion error after the stream began is sent as
-    ``data: {"error": {...}}`` (the official client raises it), then ``[DONE]``.
+    Silent stretches get ``: keep-alive`` comment lines. The trace id is also a header. An
+    Orchestrion error after the stream began is sent as ``data: {"error": {...}}`` (the
+    official client raises it), then ``[DONE]``.
 """
 
 from __future__ import annotations
@@ -81,12 +89,26 @@ def ending(result: EpisodeResult, answer: str, stop_reason: str | None, answer_f
     return Ending(result, answer, finish, stop_reason, ext)
 
 
+def fingerprint(status: str, trace_id: str) -> str:
+    """The ``system_fingerprint`` of a response or chunk: where a standard client sees the
+    episode's status (``running`` until it ends) and trace id."""
+    return f"orchestrion;status={status};trace_id={trace_id}"
+
+
+def parse_fingerprint(value: str | None) -> dict[str, str]:
+    """``{"status": ..., "trace_id": ...}`` from a :func:`fingerprint` (empty for any other value)."""
+    if not value or not value.startswith("orchestrion;"):
+        return {}
+    return dict(part.partition("=")[::2] for part in value.split(";")[1:])
+
+
 def completion_body(cid: str, created: int, model: str, end: Ending) -> dict[str, Any]:
     return {
         "id": cid,
         "object": "chat.completion",
         "created": created,
         "model": model,
+        "system_fingerprint": fingerprint(end.result.status, end.result.trace_id),
         "choices": [{"index": 0, "message": {"role": "assistant", "content": end.answer},
                      "finish_reason": end.finish, "stop_reason": end.stop_reason, "logprobs": None}],
         "usage": usage_body(end.result.usage),
@@ -96,9 +118,11 @@ def completion_body(cid: str, created: int, model: str, end: Ending) -> dict[str
 
 def chunk_body(cid: str, created: int, model: str, delta: dict[str, Any] | None = None, *,
                finish: str | None = None, ext: dict[str, Any] | None = None,
-               usage: Usage | None = None, stop_reason: str | None = None) -> dict[str, Any]:
+               usage: Usage | None = None, stop_reason: str | None = None,
+               system_fingerprint: str | None = None) -> dict[str, Any]:
     """One ``chat.completion.chunk``; ``delta=None`` gives the usage chunk (no choices)."""
-    body: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model}
+    body: dict[str, Any] = {"id": cid, "object": "chat.completion.chunk", "created": created, "model": model,
+                            "system_fingerprint": system_fingerprint}
     choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
     if finish is not None:
         choice["stop_reason"] = stop_reason

@@ -65,10 +65,13 @@ def summary(result: EpisodeResult, secrets: Iterable[str], ignored: list[str] | 
 
 
 def failure(result: EpisodeResult, secrets: Iterable[str]) -> ApiError | None:
-    """The 502 that stands for an episode ending in ``error`` (None for every other ending)."""
+    """The 502 that stands for an episode ending in ``error`` (None for every other ending). It
+    says ``x-should-retry: false``: the episode already retried its model calls, and the official
+    client (so LangChain and LiteLLM) would otherwise run and record the whole episode twice more."""
     if result.status != EpisodeStatus.ERROR:
         return None
     reason = redact(result.error, secrets) or "no reason recorded"
     return ApiError(502, f"the episode failed: {reason} (trace id {result.trace_id})", type="server_error",
                     code="episode_failed",
-                    headers={"X-Orchestrion-Trace-Id": result.trace_id, "X-Orchestrion-Status": str(result.status)})
+                    headers={"X-Orchestrion-Trace-Id": result.trace_id, "X-Orchestrion-Status": str(result.status),
+                             "x-should-retry": "false"})

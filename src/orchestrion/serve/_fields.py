@@ -93,9 +93,10 @@ CHAT_FIELDS: dict[str, Rule] = {
     "messages": Rule("honoured", "the conversation becomes the episode's task: system and developer messages "
                      "as instructions, earlier turns as context, the last user message as the request; "
                      "text parts only (an image, audio or file part is a 400)"),
-    "stream": Rule("honoured", "server-sent events: progress, then the answer token by token"),
-    "stream_options": Rule("honoured", "include_usage adds the usage chunk; include_obfuscation is ignored "
-                           "(no padding is sent)"),
+    "stream": Rule("honoured", "server-sent events: the answer token by token (progress chunks when asked for)"),
+    "stream_options": Rule("honoured", "include_usage adds the usage chunk; include_progress (Orchestrion's, also "
+                           "the header X-Orchestrion-Progress: true) adds a progress chunk per span start and end; "
+                           "include_obfuscation is ignored (no padding is sent)"),
     "max_tokens": Rule("honoured", "the answer's token limit (finish_reason 'length' when it is reached)"),
     "max_completion_tokens": Rule("honoured", "as max_tokens (the lower of the two applies)"),
     "n": Rule("honoured", "one choice: n=1 only (one episode per request)", _n),

@@ -115,6 +115,8 @@ class StreamOptions(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     include_usage: bool = False
+    include_progress: bool = Field(False, description="Orchestrion: stream a progress chunk per span start and "
+                                   "end (also the header X-Orchestrion-Progress: true)")
 
 
 class JsonSchemaFormat(BaseModel):
@@ -195,6 +197,10 @@ class ChatRequest(BaseModel):
     @property
     def include_usage(self) -> bool:
         return self.stream_options is not None and self.stream_options.include_usage
+
+    @property
+    def include_progress(self) -> bool:
+        return self.stream_options is not None and self.stream_options.include_progress
 
     @property
     def stops(self) -> list[str]:

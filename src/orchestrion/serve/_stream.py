@@ -19,9 +19,10 @@ from starlette.types import Receive, Scope, Send
 from .._errors import ConfigError, OrchestrionError
 from ..runtime.answer import AnswerChannel, text_pieces
 from ..runtime.episode import EpisodeResult
+from ..status import EpisodeStatus
 from ..trace.bus import EventType, TraceEvent
 from ..trace.store import TraceStore
-from ._bodies import SSE_DONE, SSE_KEEPALIVE, Ending, chunk_body, ending, progress, sse
+from ._bodies import SSE_DONE, SSE_KEEPALIVE, Ending, chunk_body, ending, fingerprint, progress, sse
 from ._failures import failure, summary
 from ._openai_schema import ApiError, ChatRequest, server_error
 from ._stop import StopCut, cut
@@ -230,26 +231,31 @@ def complete_ending(result: EpisodeResult, watch: Watch, stops: Sequence[str], i
 
 
 async def chat_sse(req: ChatRequest, cid: str, items: AsyncIterator[StreamItem],
-                   on_result: Callable[[EpisodeResult], None], trace_id: str) -> AsyncIterator[bytes]:
-    """The chat-completions SSE body: role, progress and answer deltas, then the status and [DONE]."""
+                   on_result: Callable[[EpisodeResult], None], trace_id: str, *,
+                   progress: bool = False) -> AsyncIterator[bytes]:
+    """The chat-completions SSE body: role, answer deltas (and progress chunks when ``progress``
+    asks for them), then the status and [DONE]."""
     created, model = int(time.time()), req.model
+    running = fingerprint(EpisodeStatus.RUNNING, trace_id)
 
-    def chunk(delta: dict[str, Any] | None, **kw: Any) -> bytes:
-        return sse(chunk_body(cid, created, model, delta, **kw))
+    def chunk(delta: dict[str, Any] | None, *, system_fingerprint: str = running, **kw: Any) -> bytes:
+        return sse(chunk_body(cid, created, model, delta, system_fingerprint=system_fingerprint, **kw))
 
     yield chunk({"role": "assistant", "content": ""}, ext={"trace_id": trace_id})
     async for item in items:
         if isinstance(item, str):
             yield chunk({"content": item})
         elif isinstance(item, dict):
-            yield chunk({}, ext={"progress": item})
+            if progress:
+                yield chunk({}, ext={"progress": item})
         elif isinstance(item, KeepAlive):
             yield SSE_KEEPALIVE
         elif isinstance(item, ApiError):
             yield sse(item.body())
         else:
             on_result(item.result)
-            yield chunk({}, finish=item.finish, stop_reason=item.stop_reason, ext=item.ext)
+            done = fingerprint(item.result.status, trace_id)
+            yield chunk({}, finish=item.finish, stop_reason=item.stop_reason, ext=item.ext, system_fingerprint=done)
             if req.include_usage:
-                yield chunk(None, usage=item.result.usage)
+                yield chunk(None, usage=item.result.usage, system_fingerprint=done)
     yield SSE_DONE

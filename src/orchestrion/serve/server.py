@@ -3,7 +3,7 @@
 ``GET /v1/models`` lists each strategy as ``orchestrion/<name>``; ``POST /v1/chat/completions``
 and ``POST /v1/responses`` run one traced episode per request through
 :func:`orchestrion.runtime.episode.run_episode`, answered whole or streamed as server-sent
-events: progress as the trace store commits it (the request subscribes to the store's event bus
+events: progress (when asked for) as the trace store commits it (the request subscribes to the store's event bus
 before its episode starts), then the answer token by token. The wire format (extension fields,
 headers, progress chunks, errors) is documented in :mod:`orchestrion.serve._openai_schema`,
 :mod:`._bodies` and :mod:`._responses`; what happens to each request field in :mod:`._fields`.
@@ -60,6 +60,7 @@ from ._service import Run, ServeSettings, Service
 from ._stream import EpisodeStream, chat_sse
 
 __all__ = ["ServeSettings", "base_url", "bind_socket", "check_exposure", "create_app", "run_server"]
+PROGRESS_HEADER = "X-Orchestrion-Progress"  # "true": a chat stream carries progress chunks
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 
@@ -140,7 +141,8 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
             run = svc.start(req, strategy, f"chatcmpl-{uuid.uuid4().hex}")
             if req.stream:
                 items = await svc.stream(run, requested)
-                body = chat_sse(req, run.cid, items, lambda _: svc.observe(run), run.watch.episode_id)
+                body = chat_sse(req, run.cid, items, lambda _: svc.observe(run), run.watch.episode_id,
+                                progress=req.include_progress or _asked(request.headers.get(PROGRESS_HEADER)))
                 return EpisodeStream(body, run.episode, run.watch, {**run.headers, **STREAM_HEADERS})
             end = await svc.complete(request, run)
             if isinstance(end, Response):
@@ -176,6 +178,11 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
             raise server_error(exc) from None
 
     return app
+
+
+def _asked(header: str | None) -> bool:
+    """Whether an opt-in header says yes."""
+    return header is not None and header.strip().lower() in ("1", "true", "yes", "on")
 
 
 def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
