@@ -92,6 +92,8 @@ def test_inspect_eval_scores_follow_the_scripted_answers(offline: list[Any], sto
         assert row.task_id == sample.id and row.epoch == sample.epoch - 1
         task_json = orjson.loads(row.task)
         assert task_json["prompt"] == sample.input and task_json["answer"] == sample.target
+        meta = row.meta_value()  # inspect's score, written back by Orchestrion's inspect hook
+        assert meta["score"] == (1.0 if sample.id == "add" else 0.0) and meta["scorer"] == "inspect/match"
     assert len(store.query("SELECT id FROM episodes WHERE run_id = 'inspect-run'")) == 4
     check_model_events_and_params(log, store)
 
@@ -149,3 +151,68 @@ def test_missing_inspect_ai_is_a_config_error_with_the_install_command(monkeypat
 def test_unknown_strategy_fails_when_the_solver_is_made() -> None:
     with pytest.raises(StrategyNotFoundError):
         orchestrion_solver("no-such-strategy", pool=Pool.from_models([ScriptedModel(["x"])]))
+
+
+ROUND1 = orjson.dumps({"thought": "add", "calls": [{"tool": "calculator", "input": "2+3"},
+                                                   {"tool": "reasoner", "input": "what is 2+3"}]}).decode()
+FINAL = orjson.dumps({"thought": "done", "calls": [], "final": True}).decode()
+
+
+def test_orchestrion_model_provider_logs_tools_spans_and_writes_the_score_back(
+        offline: list[Any], store: TraceStore, tmp_path: Path) -> None:
+    """``--model orchestrion/para`` through inspect's own model lookup (the entry point), on a task
+    whose solver is plain generate(): the log holds the episode's tool calls, nested spans and
+    usage, and inspect's score lands in the episode's meta."""
+    from inspect_ai import Task, eval
+    from inspect_ai.dataset import Sample
+    from inspect_ai.event import ModelEvent, SpanBeginEvent, SpanEndEvent, ToolEvent
+    from inspect_ai.log import read_eval_log
+    from inspect_ai.scorer import match
+
+    from tests.helpers import script
+
+    pool = Pool.from_models([ScriptedModel(script([ROUND1, FINAL], worker=lambda p: "5"), name="calc")])
+    task = Task(dataset=[Sample(input="What is 2+3?", target="5", id="add")], scorer=match())
+    [log] = eval(task, model="orchestrion/para", model_args={"pool": pool, "store": store, "run_id": "inspect-model"},
+                 log_dir=str(tmp_path / "logs"), display="none")
+    assert log.status == "success", log.error
+    assert offline == []
+
+    written = read_eval_log(log.location)
+    assert written.eval.model == "orchestrion/para" and written.samples is not None
+    [sample] = written.samples
+    assert sample.output.completion == "5" and sample.scores is not None and sample.scores["match"].value == "C"
+    trace_id = sample.output.metadata["orchestrion"]["trace_id"]  # type: ignore[index]
+    row = store.episode(trace_id)
+    assert row is not None and row.run_id == "inspect-model" and row.strategy == "para" and row.answer == "5"
+
+    # (a) one tool event per tool or agent call of the episode, with its arguments and result
+    tool_spans = store.spans(trace_id, kinds=["tool", "agent"])
+    tools = [e for e in sample.events if isinstance(e, ToolEvent)]
+    assert [(e.function, e.result) for e in tools] == [(s.name, "5") for s in tool_spans]
+    assert {e.function for e in tools} == {"calculator", "reasoner"}
+    assert next(e for e in tools if e.function == "calculator").arguments == {"expression": "2+3"}
+    # nested spans: the episode, its rounds, decisions and answer, each begun and ended once
+    begins = {e.id: e for e in sample.events if isinstance(e, SpanBeginEvent) and e.id.startswith("orch-")}
+    ends = {e.id for e in sample.events if isinstance(e, SpanEndEvent) and e.id.startswith("orch-")}
+    assert set(begins) == ends
+    [root] = [e for e in begins.values() if e.type == "orchestrion"]
+    assert root.name == "orchestrion/para"
+    assert {"round", "decision", "answer", "agent"} <= {e.type for e in begins.values()}
+    assert all(e.parent_id in begins for e in begins.values() if e is not root)
+    assert all(e.span_id in begins for e in tools)  # each tool call sits inside the episode's spans
+    # the agent's own model call sits in the agent's span, named by its tool event
+    reasoner = next(e for e in tools if e.function == "reasoner")
+    calls = [e for e in sample.events if isinstance(e, ModelEvent) and e.model == "orchestrion/calc"]
+    assert len(calls) == len(store.spans(trace_id, kinds=["call"])) == 4
+    assert reasoner.agent_span_id is not None and any(c.span_id == reasoner.agent_span_id for c in calls)
+
+    # token usage: the episode's, counted once under the model inspect ran
+    assert set(written.stats.model_usage) == {"orchestrion/para"}
+    usage = written.stats.model_usage["orchestrion/para"]
+    assert usage.input_tokens == row.input_tokens > 0 and usage.output_tokens == row.output_tokens > 0
+
+    # (c) inspect's score written back into the episode's meta
+    meta = store.episode(trace_id).meta_value()  # type: ignore[union-attr]
+    assert meta["score"] == 1.0 and meta["correct"] is True and meta["scorer"] == "inspect/match"
+    assert meta["inspect_scores"] == {"match": "C"}

@@ -18,19 +18,22 @@ as its output (and an assistant message), token usage on the output, and
 ``metadata["orchestrion"]`` (also in the sample store) with the strategy, status,
 trace id, tokens, dollar cost (``None`` = unknown) and wall time.
 
-Every model call of the episode is also logged in the sample's transcript as an inspect
-``ModelEvent`` (model ``orchestrion/<pool model>``, the messages, the output, usage, start
-time and duration) and counted in the sample's and the eval's ``model_usage``, so
-``inspect view`` shows the calls, their tokens and their time. An ``InfoEvent`` names the
-episode's trace id. The solver's parameters are logged by value: strategy name, pool
-source and models, options, budget, tool names, trace store path and run id.
+The sample's transcript holds the episode as inspect events (:mod:`._inspect_events`): its
+spans nested as inspect spans, every model call a ``ModelEvent`` (model
+``orchestrion/<pool model>``; counted in the sample's and the eval's ``model_usage``) and every
+tool or agent-tool call a ``ToolEvent``, so ``inspect view`` shows the calls, their tokens and
+their time. An ``InfoEvent`` names the episode's trace id. The solver's parameters are logged by
+value: strategy name, pool source and models, options, budget, tool names, trace store path and
+run id. inspect's score of the sample is written back to the episode's meta by the hook that
+Orchestrion registers through inspect's entry points (:mod:`._inspect_registry`).
+
+``inspect eval TASK --model orchestrion/para`` runs a strategy as an inspect *model* instead
+(:mod:`orchestrion.eval.inspect_provider`), for any task whose solver calls ``generate()``.
 """
 
 from __future__ import annotations
 
 import functools
-import time
-from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +47,7 @@ from ..strategies.base import Strategy
 from ..strategies.registry import get_strategy
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
+from ._inspect_events import log_episode, remember
 
 if TYPE_CHECKING:
     from inspect_ai.solver import Solver, TaskState
@@ -73,7 +77,7 @@ def orchestrion_solver(
     """
     factory = _solver_factory()
     the_strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy  # unknown names fail now
-    the_store = store if isinstance(store, TraceStore) else TraceStore(store)
+    the_store = remember(store if isinstance(store, TraceStore) else TraceStore(store))
     the_pool = load_pool(pool)
     solver: Solver = factory(the_strategy, the_pool, tools, the_store, dict(options or {}), budget, run_id)
     # the eval log's plan shows what the solver was given, by value (not "Pool" / "TraceStore")
@@ -95,7 +99,6 @@ def _solver_factory() -> Any:
         from inspect_ai.solver import Generate, solver
     except ImportError:
         raise ConfigError(INSTALL_HINT) from None
-    log_calls = _call_logger()
 
     @solver(name="orchestrion")
     def orchestrion(
@@ -129,7 +132,7 @@ def _solver_factory() -> Any:
             }
             state.metadata["orchestrion"] = record
             state.store.set("orchestrion", record)
-            log_calls(store, result.trace_id, strategy.name)
+            log_episode(store, result.trace_id, strategy.name, count_usage=True)
             return state
 
         return run
@@ -147,63 +150,3 @@ def _task_of(state: TaskState) -> Task:
     choices = [c.value for c in state.choices] or None
     return Task(prompt=state.input_text, id=str(state.sample_id), answer=targets[0] if targets else None,
                 choices=choices, metadata=metadata)
-
-
-def _call_logger() -> Any:
-    """A function that logs an episode's model calls into the current inspect sample (see the module doc)."""
-    from datetime import datetime
-
-    from inspect_ai._util.working import sample_working_time
-    from inspect_ai.event import ModelEvent
-    from inspect_ai.log import transcript
-    from inspect_ai.model import (
-        ChatMessage,
-        ChatMessageAssistant,
-        ChatMessageSystem,
-        ChatMessageUser,
-        GenerateConfig,
-        ModelOutput,
-        ModelUsage,
-    )
-    from inspect_ai.model._model import model_usage, sample_model_usage, set_model_usage
-
-    def message(m: dict[str, Any]) -> ChatMessage:
-        content = str(m.get("content") or "")
-        role = m.get("role")
-        if role == "system":
-            return ChatMessageSystem(content=content)
-        if role == "assistant":
-            return ChatMessageAssistant(content=content)
-        return ChatMessageUser(content=content)
-
-    def log_calls(store: TraceStore, trace_id: str, strategy: str) -> None:
-        transcript().info({"orchestrion_trace_id": trace_id, "strategy": strategy, "store": str(store.path)},
-                          source="orchestrion")
-        now = time.time()
-        for span in store.spans(trace_id, kinds=["call"]):
-            attrs = span.attrs_value()
-            name = f"orchestrion/{span.name}"
-            started, ended = float(span.started), float(span.ended or span.started)
-            cost = span.cost_usd
-            tokens_in, tokens_out = int(span.input_tokens or 0), int(span.output_tokens or 0)
-            usage = ModelUsage(input_tokens=tokens_in, output_tokens=tokens_out, total_tokens=tokens_in + tokens_out,
-                               total_cost=None if cost is None else float(cost))
-            output = ModelOutput.from_content(model=name, content=str(attrs.get("output") or ""),
-                                              stop_reason="max_tokens" if attrs.get("finish_reason") == "length"
-                                              else "stop")
-            output.usage, output.time = usage, ended - started
-            event = ModelEvent(
-                model=name, role=str(attrs.get("purpose") or "") or None,
-                input=[message(m) for m in attrs.get("messages") or [] if isinstance(m, dict)],
-                tools=[], tool_choice="none", config=GenerateConfig(), output=output,
-                error=None if span.status == EpisodeStatus.OK else str(attrs.get("error") or span.status),
-                timestamp=datetime.fromtimestamp(started, UTC),
-                completed=datetime.fromtimestamp(ended, UTC), working_time=ended - started,
-                working_start=max(0.0, sample_working_time() - (now - started)),
-                metadata={"orchestrion_span_id": span.id, "orchestrion_trace_id": trace_id},
-            )
-            transcript()._event(event)  # how inspect_ai itself appends events
-            for totals in (sample_model_usage(), model_usage()):  # the sample's and the eval's model_usage
-                set_model_usage(name, usage.model_copy(), totals)
-
-    return log_calls
