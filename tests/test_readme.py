@@ -53,6 +53,8 @@ SKIP: dict[str, str] = {
     "python -c \"import openai": "a client of the server above",
     "orchestrion view                      ": "a server that runs until Ctrl-C; `view --export` runs here",
     "phoenix serve": "a Phoenix server that runs until stopped; tests/trace cover the OTLP export",
+    "inspect eval task.py --model orchestrion/para": "needs an inspect task file and the embedded model; "
+                                                     "tests/eval/test_inspect_bridge.py runs the same provider",
     "orchestrion run \"What is 2+3?\" --strategy para --otlp-endpoint": "needs a running OTLP receiver (Phoenix)",
     "orchestrion eval --dataset bigbench:arithmetic/1_digit_addition --limit 5 --otlp-endpoint":
         "needs BIG-bench's task files and a running OTLP receiver",
