@@ -281,6 +281,8 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
         config = EvalConfig(dataset=f"bigbench:{task}@{split}", strategies=[strategy], limit=limit, seed=args.seed,
                             concurrency=1, pool=model or "local", budget=BUDGET, options=opts)
         key = f"{split}/{task}/{strategy}@{model or 'local'}/{limit}"
+        if args.report_only:  # what has run so far, finished or not; nothing new is started
+            return label, state.get(key, "")
         return label, await _run(key, config, PoolFactory(only=model), store, state, state_path)
 
     history = [(s, None) for s in args.history] + [("direct", m) for m in LOCAL_MODELS]
@@ -294,7 +296,8 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
     for strategy, model in plan:  # phase 2: the table, one row at a time over every task
         for task in tasks:
             label, run_id = await one(task, "test", args.limit, strategy, model)
-            runs[task][label] = (run_id, strategy)
+            if run_id:
+                runs[task][label] = (run_id, strategy)
     _report(store, runs, args)
 
 
@@ -353,6 +356,8 @@ async def main() -> None:
                                                               "on each model, in the order they run")
     ap.add_argument("--limit-for", default="", metavar="STRATEGY=N,...",
                     help="fewer @test examples for slow strategies, e.g. para=10 (the first N of the same sample)")
+    ap.add_argument("--report-only", action="store_true",
+                    help="print the tables from what has run so far (e.g. while a run is still going); run nothing")
     ap.add_argument("--kv-compare", type=int, default=0, metavar="N",
                     help="first compare state cache off/on on N episodes")
     ap.add_argument("--roles", type=int, default=0, metavar="N",
