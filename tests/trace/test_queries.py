@@ -62,6 +62,23 @@ def test_episodes_open_close_and_filter(store: TraceStore) -> None:
     assert store.episode("e1").task_value() == {"prompt": "e1"}  # type: ignore[union-attr]
 
 
+def test_an_annotation_is_set_replaced_and_cleared_in_meta(store: TraceStore) -> None:
+    _episode(store, "e1", None, 1.0)  # still running: the closing update keeps the annotation
+    store.annotate_episode("e1", label=" keep ", note="good plan", at=5.0)
+    _episode(store, "e2", None, 2.0, status="ok")
+    store.finish_episode("e1", status="ok", answer="a", error=None, ended=2.0, usage=Usage(), meta_patch={"score": 1})
+    store.flush()
+    assert store.episode("e1").meta_value() == {  # type: ignore[union-attr]
+        "pool": "tiny", "score": 1, "annotation": {"label": "keep", "note": "good plan", "at": 5.0}}
+    store.annotate_episode("e1", label="retry", note=None, at=6.0)  # replaced whole: the old note goes
+    store.flush()
+    assert store.episode("e1").meta_value()["annotation"] == {"label": "retry", "at": 6.0}  # type: ignore[union-attr]
+    store.annotate_episode("e1", label="", note="  ")
+    store.flush()
+    assert "annotation" not in store.episode("e1").meta_value()  # type: ignore[union-attr]
+    assert "annotation" not in store.episode("e2").meta_value()  # type: ignore[union-attr]
+
+
 def test_spans_and_decisions_by_filter(store: TraceStore) -> None:
     tracer = Tracer(store, "ep")
     with tracer.span("episode", "root") as root:

@@ -244,6 +244,33 @@ async def test_cli_grounded_only_says_how_many_rows_each_filter_removed(store: T
     assert res.exit_code == 0 and "answer grounded" not in res.output and "(5 rows, 3 episodes)" in res.output
 
 
+async def test_cli_label_keeps_only_episodes_annotated_with_it(store: TraceStore, tmp_path: Path) -> None:
+    ids = await build_run(store)
+    store.annotate_episode(ids["A"], label="keep", note="a clean repair")  # as the viewer's POST does
+    store.annotate_episode(ids["B"], label="keep", note=None)
+    store.annotate_episode(ids["E"], label="review", note="check the lookup")
+    await store.aflush()
+    records = load_records(store, run_id=RUN)
+    assert {r.episode_id: r.label for r in records} == {ids["A"]: "keep", ids["B"]: "keep", ids["C"]: None,
+                                                        ids["D"]: None, ids["E"]: "review"}
+    assert {r.episode_id for r in filter_records(records, RecordFilter(labels=("review",)))} == {ids["E"]}
+    runner = CliRunner()
+    base = ["train", "export", "--run", RUN, "--format", "verl", "--db", str(store.path)]
+    res = runner.invoke(app, [*base, "--out", str(tmp_path / "k"), "--label", "keep"])
+    assert res.exit_code == 0, res.output
+    # A (3 attempts) and B (2) are labelled keep; B is wrong; A's invalid attempt goes
+    assert "kept after labelled keep: 5 (removed 6)" in res.output
+    assert "kept after successful episodes: 3 (removed 2)" in res.output
+    assert "(2 rows, 1 episodes)" in res.output
+    info = json.loads((tmp_path / "k" / "dataset_info.json").read_text())
+    assert info["filters"]["labels"] == ["keep"] and info["removed_by_filter"]["labelled keep"] == 6
+    res = runner.invoke(app, [*base, "--out", str(tmp_path / "kr"), "--label", "keep", "--label", "review"])
+    assert res.exit_code == 0 and "kept after labelled keep or review: 7 (removed 4)" in res.output
+    assert "(4 rows, 2 episodes)" in res.output
+    res = runner.invoke(app, [*base, "--out", str(tmp_path / "n"), "--label", "nope"])
+    assert res.exit_code == 2 and "no episode of run run-a is labelled nope (its labels are keep, review)" in res.output
+
+
 def test_empty_after_grounding_says_why() -> None:
     from orchestrion.cli._train_data import _why_empty
 

@@ -38,6 +38,8 @@ def export(
     grounded_only: Annotated[bool, typer.Option(
         "--grounded-only", help="only episodes whose answer is grounded on a tool or agent result of their own "
                                 "trajectory (evidence_correct, from an eval run's scoring)")] = False,
+    labels: Annotated[list[str] | None, typer.Option(
+        "--label", help="only episodes annotated with this label (in the viewer); repeat for any of several")] = None,
     rewards: Annotated[Path | None, typer.Option(
         "--rewards", help="rewards.yaml for meta.reward (default weights otherwise)")] = None,
     gguf: Annotated[Path | None, typer.Option(
@@ -63,10 +65,11 @@ def export(
     if not records:
         raise ConfigError(f"run {run_id} has no recorded orchestrator decisions (its strategies made none); "
                           "export a run of a strategy such as para, milestone or proactive")
+    wanted = tuple(dict.fromkeys(" ".join(x.split()) for x in labels or [] if x.strip()))
     flt = RecordFilter(successful_only=False, keep_recoverable=True, max_tool_share=None, dedupe=False,
-                       valid_only=False, sampled_only=False) if all_records else RecordFilter(
+                       valid_only=False, sampled_only=False, labels=wanted) if all_records else RecordFilter(
         successful_only=not include_failed, one_per_task=one_per_task, grounded_only=grounded_only,
-        max_tool_share=max_tool_share if max_tool_share < 1.0 else None)
+        max_tool_share=max_tool_share if max_tool_share < 1.0 else None, labels=wanted)
     kept = records
     removed: dict[str, int] = {}
     for step, now in filter_steps(records, flt):
@@ -127,6 +130,11 @@ def _why_empty(step: str, run_id: str, records: list[DecisionRecord]) -> str:
                 "scores an episode that has tool or agent results, and not for code tasks)") if unmeasured else ""
         return f"no episode of run {run_id} has its answer grounded on a result of its own trajectory{note}; " \
                "leave out --grounded-only"
+    if step.startswith("labelled"):
+        found = sorted({r.label for r in episodes if r.label})
+        have = f"its labels are {', '.join(found)}" if found else "none of its episodes is annotated"
+        return f"no episode of run {run_id} is {step} ({have}); annotate episodes in `orchestrion view`, or " \
+               "change --label"
     if step.startswith("valid"):
         return f"no valid orchestrator output left in run {run_id}; pass --all to export invalid attempts too"
     if step.startswith("no tool"):

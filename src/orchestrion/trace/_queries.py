@@ -112,6 +112,16 @@ class TraceQueries:
         """Merge ``patch`` into the episode's meta (JSON merge patch)."""
         self.submit("UPDATE episodes SET meta = json_patch(meta, ?) WHERE id = ?", (dumps(patch), episode_id))
 
+    def annotate_episode(self, episode_id: str, *, label: str | None, note: str | None,
+                         at: float | None = None) -> None:
+        """Set the episode's annotation, ``meta.annotation`` = ``{label, note, at}`` (a person's mark,
+        e.g. from the viewer; the training export can filter on the label). Both empty clears it."""
+        label, note = (label or "").strip() or None, (note or "").strip() or None
+        value = None if label is None and note is None else {
+            "label": label, "note": note, "at": time.time() if at is None else at}
+        self.submit("UPDATE episodes SET meta = json_patch(COALESCE(meta, '{}'), ?) WHERE id = ?",
+                    (dumps({"annotation": value}), episode_id))
+
     def mark_interrupted(self, run_id: str) -> None:
         """The run's unfinished or cancelled episodes become ``interrupted`` (kept, never counted)."""
         self.submit(

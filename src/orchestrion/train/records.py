@@ -59,6 +59,7 @@ class DecisionRecord:
     episode_tool_failures: int = 0  # tool/agent calls of the episode that did not end ok
     replayed: bool = False  # copied from an earlier episode by a tree/counterfactual rollout, not sampled
     evidence_correct: bool | None = None  # a tool/agent result of the episode, scored as the answer, was correct
+    label: str | None = None  # the episode's annotation label (meta.annotation.label, e.g. set in the viewer)
 
     @property
     def grounded(self) -> bool:
@@ -177,6 +178,8 @@ def _episode_records(store: TraceStore, ep: EpisodeRow) -> list[DecisionRecord]:
     score = meta.get("score")
     correct = meta.get("correct")
     evidence = meta.get("evidence_correct")
+    annotation = meta.get("annotation")
+    label = annotation.get("label") if isinstance(annotation, dict) else None
     ended_valid: dict[str, bool] = defaultdict(bool)
     had_invalid: dict[str, bool] = defaultdict(bool)
     for r in rows:
@@ -206,6 +209,7 @@ def _episode_records(store: TraceStore, ep: EpisodeRow) -> list[DecisionRecord]:
             dataset=(task.get("metadata") or {}).get("dataset") if isinstance(task.get("metadata"), dict) else None,
             episode_tool_failures=failures, replayed=int(r.attempt or 0) in replayed.get(sid, set()),
             evidence_correct=evidence if isinstance(evidence, bool) else None,
+            label=label if isinstance(label, str) else None,
         ))
     return out
 
@@ -226,7 +230,9 @@ class RecordFilter:
     counterfactual rollout replayed from an earlier episode (copies without token ids).
     ``grounded_only``: only episodes whose answer is grounded on a result of their own
     trajectory (:attr:`DecisionRecord.grounded`): a correct answer that no call of the
-    episode contributed to teaches the orchestrator calls that did nothing.
+    episode contributed to teaches the orchestrator calls that did nothing. ``labels``: only
+    episodes a person annotated with one of these labels (:meth:`TraceStore.annotate_episode`,
+    e.g. from the viewer); empty: no label filter.
     """
 
     successful_only: bool = True
@@ -237,6 +243,7 @@ class RecordFilter:
     valid_only: bool = True
     sampled_only: bool = True
     grounded_only: bool = False
+    labels: tuple[str, ...] = ()
 
 
 def filter_steps(records: Sequence[DecisionRecord], flt: RecordFilter) -> list[tuple[str, list[DecisionRecord]]]:
@@ -246,6 +253,9 @@ def filter_steps(records: Sequence[DecisionRecord], flt: RecordFilter) -> list[t
     if flt.sampled_only and any(r.replayed for r in kept):
         kept = [r for r in kept if not r.replayed]
         steps.append(("sampled (not replayed) decisions", kept))
+    if flt.labels:
+        kept = [r for r in kept if r.label in flt.labels]
+        steps.append((f"labelled {' or '.join(flt.labels)}", kept))
     if flt.successful_only:
         kept = [r for r in kept if r.successful]
         steps.append(("successful episodes", kept))
