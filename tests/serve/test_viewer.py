@@ -246,6 +246,97 @@ def test_score_and_correct_rules() -> None:
     assert data.score_of({"score": True}) == (None, None)  # a bool is not a score
 
 
+def test_sort_orders_by_any_column_before_paging(client: TestClient, episodes: Episodes) -> None:
+    def order(query: str) -> list[str]:
+        res = client.get("/api/episodes" + query)
+        assert res.status_code == 200, res.text
+        return [e["id"] for e in res.json()["episodes"]]
+
+    newest = order("")
+    assert order("?sort=-started") == newest and order("?sort=started") == newest[::-1]
+    # scored: direct 0.0, para 1.0; the three unscored come last either way, in their newest-first order
+    unscored = [i for i in newest if i not in (episodes.para, episodes.direct)]
+    assert order("?sort=score") == [episodes.direct, episodes.para, *unscored]
+    assert order("?sort=-score") == [episodes.para, episodes.direct, *unscored]
+    assert order("?sort=-score&limit=1&offset=1") == [episodes.direct]  # sorted, then paged
+    assert order("?sort=score&q=2%2B2") == [episodes.para, episodes.same]  # a search keeps the sort
+    assert order("?sort=strategy")[-1] == episodes.para and order("?sort=-strategy")[0] == episodes.para
+    by_tokens = client.get("/api/episodes?sort=-tokens").json()["episodes"]
+    tokens = [e["input_tokens"] + e["output_tokens"] for e in by_tokens]
+    assert tokens == sorted(tokens, reverse=True)
+    walls = [e["wall_s"] for e in client.get("/api/episodes?sort=wall").json()["episodes"]]
+    assert walls == sorted(walls)
+    res = client.get("/api/episodes?sort=colour")
+    assert res.status_code == 400 and "sort must be one of" in res.json()["detail"]
+
+
+def test_summaries_carry_the_answer(client: TestClient, episodes: Episodes) -> None:
+    found = {e["id"]: e for e in client.get("/api/episodes").json()["episodes"]}
+    assert found[episodes.para]["answer"] == "answer: 4" and found[episodes.direct]["answer"] == "6"
+    assert found[episodes.para]["label"] is None and found[episodes.para]["note"] is None
+
+
+def test_annotation_is_stored_listed_filtered_and_cleared(store: TraceStore) -> None:
+    pool = Pool.from_models([ScriptedModel(["ok", "ok"], name="m")])
+    first = asyncio.run(solve("one", strategy="direct", pool=pool, tools=ToolRegistry([]), store=store)).trace_id
+    second = asyncio.run(solve("two", strategy="direct", pool=pool, tools=ToolRegistry([]), store=store)).trace_id
+    api = TestClient(create_app(store))
+    url = f"/api/episodes/{first[:12]}/annotation"
+    res = api.post(url, json={"label": "  good   plan ", "note": "splits the task well\n"})
+    assert res.status_code == 200, res.text
+    assert res.json() == {"id": first, "label": "good plan", "note": "splits the task well"}
+    row = store.episode(first)
+    assert row is not None and row.meta_value()["annotation"]["label"] == "good plan"
+    assert api.get("/api/facets").json()["labels"] == ["good plan"]
+    listed = api.get("/api/episodes?label=good%20plan").json()["episodes"]
+    assert [(e["id"], e["label"], e["note"]) for e in listed] == [(first, "good plan", "splits the task well")]
+    assert api.get(f"/api/episodes/{first}").json()["summary"]["label"] == "good plan"
+    assert [e["id"] for e in api.get("/api/episodes?sort=label").json()["episodes"]] == [first, second]
+    # refused: not JSON, unknown fields, a label too long, an unknown episode
+    assert api.post(url, content=b"label=x", headers={"content-type": "text/plain"}).status_code == 415
+    assert api.post(url, json={"label": "x", "colour": "red"}).status_code == 400
+    assert api.post(url, json={"label": "x" * 65}).status_code == 400
+    assert api.post(url, json={"label": 3}).status_code == 400
+    assert api.post("/api/episodes/nosuch/annotation", json={"label": "x"}).status_code == 404
+    # a new annotation replaces the old one whole; both empty clears it
+    assert api.post(url, json={"label": "retry"}).json()["note"] is None
+    assert api.get(f"/api/episodes/{first}").json()["summary"]["note"] is None
+    assert api.post(url, json={"label": "", "note": " "}).status_code == 200
+    row = store.episode(first)
+    assert row is not None and "annotation" not in row.meta_value() and api.get("/api/facets").json()["labels"] == []
+
+
+def test_charts_give_accuracy_cost_and_latency_per_strategy(client: TestClient, episodes: Episodes) -> None:
+    from orchestrion.serve._viewer_charts import charts
+
+    by_run = client.get("/api/charts?by=run").json()
+    assert by_run["episodes"] == 5 and [s["strategy"] for s in by_run["series"]] == ["direct", "milestone", "para"]
+    para = next(s for s in by_run["series"] if s["strategy"] == "para")
+    assert [(p["label"], p["n"], p["accuracy"]) for p in para["points"]] == [("run-a", 1, 1.0)]
+    direct = {p["label"]: p for p in next(s for s in by_run["series"] if s["strategy"] == "direct")["points"]}
+    assert direct["run-a"]["accuracy"] == 0.0 and direct["(no run)"]["accuracy"] is None  # unscored: unknown
+    assert direct["(no run)"]["n"] == 2 and direct["(no run)"]["wall_s"] > 0
+    assert client.get("/api/charts?strategy=para").json()["episodes"] == 1  # the list's filters apply
+    assert client.get("/api/charts?by=colour").status_code == 400
+    summaries = [{"id": str(i), "strategy": "s", "started": float(i), "run_id": None, "finished": True,
+                  "correct": i % 2 == 0, "cost_usd": None if i else 0.5, "wall_s": 1.0} for i in range(30)]
+    points = charts(summaries)["series"][0]["points"]  # time: at most 12 buckets, each mean over known values
+    assert len(points) == 12 and sum(p["n"] for p in points) == 30
+    assert points[0]["cost_usd"] == 0.5 and points[0]["costed"] == 1 and points[1]["cost_usd"] is None
+
+
+def test_action_facets_say_what_a_decision_did() -> None:
+    from orchestrion.serve._viewer_diff import action_facets
+
+    para = {"thought": "t", "calls": [{"tool": "slow", "input": "0"}, {"tool": "calc", "input": "1+1"}], "final": False}
+    assert action_facets(para) == {"tools": ["slow", "calc"], "inputs": ["0", "1+1"], "final": False}
+    assert action_facets({"action": "complete", "answer": "4"})["final"] is True
+    assert action_facets({"action": "delegate_task", "task": "look", "tools": ["search"]}) == {
+        "tools": [], "inputs": [], "final": False}
+    assert action_facets({"subtasks": [{"id": "a", "tool": "python", "task": "run it"}]})["inputs"] == ["run it"]
+    assert action_facets(None) == {"tools": [], "inputs": [], "final": None}
+
+
 # -- the live stream ------------------------------------------------------------------------------
 def _direct(store: TraceStore, prompt: str) -> str:
     """Record one direct episode, on a thread of its own (Playwright's sync API holds this thread's loop)."""
@@ -630,3 +721,168 @@ def test_served_page_refreshes_live(browser: Chromium, tmp_path: Path, capsys: p
             running.join(30)
         other.close()
         store.close()
+
+
+# -- sorting, charts, annotations and the decision diff, in Chromium -------------------------------
+@dataclass
+class Pair:
+    store: TraceStore
+    first: str  # para on "What is 3+3?": an invalid output, then calls slow 0, 1, 2; correct
+    second: str  # para on the same task: calls slow 0, 1, 9 at once; wrong
+    direct: str  # direct, same task, run-b; correct
+    later: str  # direct, same task, run-c; wrong
+
+
+async def _record_pair(store: TraceStore) -> Pair:
+    for run, dataset in (("run-b", "arith"), ("run-c", "arith")):
+        store.create_run(run, "eval", {"dataset": dataset})
+
+    def para(calls: list[str], invalid: bool) -> Any:
+        action = json.dumps({"thought": "split", "calls": [{"tool": "slow", "input": c} for c in calls],
+                             "final": False})
+        replies = [*(["I think we should add"] if invalid else []), action,
+                   json.dumps({"thought": "t", "calls": [], "final": True}), "answer: 6"]
+        return solve("What is 3+3?", strategy="para", pool=Pool.from_models([ScriptedModel(replies, name="orch")]),
+                     tools=ToolRegistry([Slow(0.05)]), store=store, run_id="run-b")
+
+    first, second = await para(["0", "1", "2"], True), await para(["0", "1", "9"], False)
+    direct = await solve("What is 3+3?", strategy="direct", pool=Pool.from_models([ScriptedModel(["6"], name="m")]),
+                         tools=ToolRegistry([]), store=store, run_id="run-b")
+    later = await solve("What is 3+3?", strategy="direct", pool=Pool.from_models([ScriptedModel(["5"], name="m")]),
+                        tools=ToolRegistry([]), store=store, run_id="run-c")
+    for res, score, cost in ((first, 1.0, 0.004), (second, 0.0, 0.002), (direct, 1.0, 0.001), (later, 0.0, 0.003)):
+        _score(store, res.trace_id, score)
+        store.submit("UPDATE episodes SET cost_usd = ? WHERE id = ?", (cost, res.trace_id))
+    store.flush()
+    return Pair(store, first.trace_id, second.trace_id, direct.trace_id, later.trace_id)
+
+
+def _row_ids(page: Any) -> list[str]:
+    ids: list[str] = page.eval_on_selector_all("tr.episode-row", "rows => rows.map(r => r.dataset.id)")
+    return ids
+
+
+def _sort_by(page: Any, key: str, hash_part: str) -> None:
+    page.evaluate("delete document.body.dataset.ready")  # set again once the sorted list is drawn
+    page.click(f"th.sortable[data-sort={key}]")
+    page.wait_for_function("(h) => location.hash.includes(h) && document.body.dataset.ready === 'list'", arg=hash_part)
+
+
+def _check_more_views(page: Any, base: str, pair: Pair, name: str, out: Path, *, served: bool) -> None:
+    # sorting: click a header, again to reverse; kept by paging and by a search
+    page.goto(f"{base}#/?limit=2")
+    _rows(page, 2)
+    _sort_by(page, "cost", "sort=cost")
+    assert _row_ids(page) == [pair.direct, pair.second]  # $0.001, $0.002
+    assert page.locator("th.sorted").get_attribute("aria-sort") == "ascending"
+    _sort_by(page, "cost", "sort=-cost")
+    assert _row_ids(page) == [pair.first, pair.later]  # $0.004, $0.003
+    page.click("nav.pager a.older")
+    page.wait_for_function("document.querySelector('nav.pager span')?.innerText === '3–4 of 4'")
+    assert "sort=-cost" in page.evaluate("location.hash") and _row_ids(page) == [pair.second, pair.direct]
+    page.fill("input[name=q]", "3+3")
+    page.press("input[name=q]", "Enter")
+    page.wait_for_function("location.hash.includes('q=3%2B3') && location.hash.includes('sort=-cost')")
+    _rows(page, 2)
+    assert _row_ids(page) == [pair.first, pair.later]
+    _sort_by(page, "score", "sort=score")
+    assert _row_ids(page) == [pair.later, pair.second]  # both 0.0: ties keep their newest-first order
+    # the answer column: cut in the cell, whole on hover
+    assert page.locator(f"tr.episode-row[data-id='{pair.later}'] td.answer").inner_text() == "5"
+    answer = page.locator(f"tr.episode-row[data-id='{pair.second}'] td.answer")
+    assert answer.inner_text() == "answer: 6" and answer.get_attribute("title") == "answer: 6"
+    page.screenshot(path=str(out / f"viewer-{name}-sorted.png"), full_page=True)
+
+    # annotate an episode on its page (served), then see the label in the list and filter on it
+    page.goto(f"{base}#/episode/{pair.first}")
+    page.wait_for_selector("body[data-ready=episode]", timeout=15_000)
+    if served:
+        page.fill("form.annotation input[name=label]", "good-plan")
+        page.fill("form.annotation textarea[name=note]", "splits the sum three ways")
+        page.click("form.annotation button[type=submit]")
+        page.wait_for_function("document.querySelector('.annotation-status')?.innerText === 'saved'")
+        page.screenshot(path=str(out / f"viewer-{name}-annotation.png"), full_page=True)
+        row = pair.store.episode(pair.first)
+        assert row is not None and row.meta_value()["annotation"]["label"] == "good-plan"
+    else:  # the export was made after the served test annotated it: shown, not editable
+        assert page.locator("form.annotation").count() == 0
+        assert "good-plan" in page.locator("p.annotation-shown").inner_text()
+    page.goto(f"{base}#/")
+    _rows(page, 4)
+    badge = page.locator(f"tr.episode-row[data-id='{pair.first}'] .badge.label")
+    assert badge.inner_text() == "good-plan" and badge.get_attribute("title") == "splits the sum three ways"
+    page.select_option("select[name=label]", "good-plan")
+    page.wait_for_function("location.hash.includes('label=good-plan')")
+    _rows(page, 1)
+    assert _row_ids(page) == [pair.first]
+
+    # charts per strategy across runs: three SVG charts, points where values are known
+    page.goto(f"{base}#/charts?by=run")
+    page.wait_for_selector("body[data-ready=charts]", timeout=15_000)
+    assert page.locator("svg.chart").count() == 3
+    acc = page.eval_on_selector_all("svg.chart[data-metric=accuracy] circle.point",
+                                    "cs => cs.map(c => [c.dataset.strategy, c.dataset.label, Number(c.dataset.value)])")
+    assert sorted(acc) == [["direct", "run-b", 1.0], ["direct", "run-c", 0.0], ["para", "run-b", 0.5]]
+    costs = page.eval_on_selector_all("svg.chart[data-metric=cost_usd] circle.point",
+                                      "cs => cs.map(c => Number(c.dataset.value))")
+    assert sorted(round(c, 6) for c in costs) == [0.001, 0.003, 0.003]
+    assert page.locator("svg.chart[data-metric=wall_s] circle.point").count() == 3
+    assert page.locator(".legend .swatch").all_inner_texts() == ["direct", "para"]
+    page.screenshot(path=str(out / f"viewer-{name}-charts.png"), full_page=True)
+    page.select_option("select[name=by]", "time")
+    page.wait_for_function("location.hash.includes('by=time') && document.body.dataset.ready === 'charts'")
+    assert page.locator("svg.chart[data-metric=accuracy] circle.point").count() >= 2
+
+    # the compare view diffs the decisions: aligned by sequence, differing fields marked
+    page.goto(f"{base}#/compare/{pair.first}/{pair.second}")
+    page.wait_for_selector("body[data-ready=compare] table.decision-diff", timeout=15_000)
+    assert "1 of 2 differ" in page.locator("table.decision-diff").locator("xpath=..").locator("h2").inner_text()
+    marked = page.eval_on_selector_all("table.decision-diff td.differs",
+                                       "cs => cs.map(c => c.closest('tr').dataset.index + ':' + c.dataset.field)")
+    assert sorted(set(marked)) == ["1:attempts", "1:input"], marked  # same tools, model and final
+    cells = page.locator("tr.diff-row[data-index='1'][data-field=input] td").all_inner_texts()
+    assert cells == ["0 | 1 | 2", "0 | 1 | 9"]
+    assert page.locator("tr.diff-row.same[data-index='2']").count() == 5
+    final = page.locator("tr.diff-row[data-index='2'][data-field=final] td").all_inner_texts()
+    assert final == ["yes", "yes"]
+    page.wait_for_selector("#timeline-b[data-drawn] .vis-item", timeout=10_000)
+    page.screenshot(path=str(out / f"viewer-{name}-diff.png"), full_page=True)
+    page.goto(f"{base}#/compare/{pair.first}/{pair.direct}")  # direct made no decision: every field differs
+    page.wait_for_function("""(id) => document.body.dataset.ready === 'compare'
+        && document.querySelectorAll('table.decision-diff th.mono')[1]?.innerText === id""", arg=pair.direct[:12])
+    assert page.locator("table.decision-diff td.differs").count() == 2 * 5 * 2  # both sides of 5 fields, twice
+    assert page.locator("table.decision-diff td", has_text="(no decision)").count() == 2 * 5
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    store = TraceStore(tmp_path_factory.mktemp("viewer-pair") / "traces.db")
+    found: list[Pair] = []  # recorded on a thread of its own: Playwright's sync API may hold this thread's loop
+    thread = threading.Thread(target=lambda: found.append(asyncio.run(_record_pair(store))))
+    thread.start()
+    thread.join(60)
+    assert found, "the episodes were not recorded"
+    yield found[0]
+    store.close()
+
+
+def test_page_sorts_annotates_charts_and_diffs(browser: Chromium, pair: Pair, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    out = _artifacts(capsys)
+    with _serving(pair.store) as base:
+        page, errors, requests = _open(browser, base)
+        try:
+            _check_more_views(page, base, pair, "served", out, served=True)
+        finally:
+            page.close()
+    assert not errors, errors
+    assert all(u.startswith(base) for u in requests), [u for u in requests if not u.startswith(base)]
+    index = export_static(pair.store, tmp_path / "bundle")  # annotated above: the export shows it
+    assert {"charts.js", "diff.js"} <= {p.name for p in index.parent.iterdir()}
+    page, errors, requests = _open(browser, index.as_uri())
+    try:
+        _check_more_views(page, index.as_uri(), pair, "static", out, served=False)
+    finally:
+        page.close()
+    assert not errors, errors
+    assert all(u.startswith("file://") for u in requests)

@@ -7,6 +7,10 @@ page shows the same views either way.
 Search (``q``) keeps episodes whose task prompt holds every word of the query, ignoring
 case; paging (``offset``, ``limit``) cuts the filtered list, newest first, and says how many
 matched in all. Episodes "of the same task" have the same prompt text (the compare view).
+``sort`` orders the list by one column (:data:`SORT_KEYS`; a leading ``-`` reverses it), before
+paging: the default, ``-started``, is newest first. Episodes without a value (no score, unknown
+cost) come last either way. ``label`` keeps episodes annotated with that label
+(``meta.annotation``, written by :meth:`~orchestrion.trace.store.TraceStore.annotate_episode`).
 
 "Correct" comes from a score recorded with the episode: ``meta.correct`` (a
 boolean) if present, else ``meta.score`` or ``meta.result.score`` (a number;
@@ -23,6 +27,8 @@ import orjson
 from ..status import EpisodeStatus, ended_badly
 from ..trace.rows import EpisodeRow
 from ..trace.store import TraceStore
+from ._viewer_charts import charts
+from ._viewer_diff import action_facets
 
 CORRECT_AT = 0.5
 NO_RUN = "-"  # the run filter value for episodes recorded outside any run
@@ -33,6 +39,17 @@ MAX_TEXT = 20_000  # longer strings in span attributes are cut for the page
 MAX_TREE_NODES = 400  # the span-tree graph keeps the shallowest spans beyond this
 PAGE = 50  # episodes per page unless the request says otherwise
 MAX_PAGE = 1000
+MAX_ANSWER = 2000  # a summary's answer (the list shows its start, the full text on hover)
+MAX_LABEL, MAX_NOTE = 64, 4000
+DEFAULT_SORT = "-started"
+# The columns the list sorts by, each a summary's value (None: no value, sorted last).
+SORT_KEYS: dict[str, Any] = {
+    "started": lambda s: s["started"], "strategy": lambda s: s["strategy"], "status": lambda s: s["status"],
+    "score": lambda s: s["score"] if s["score"] is not None else (None if s["correct"] is None else
+                                                                  float(s["correct"])),
+    "tokens": lambda s: s["input_tokens"] + s["output_tokens"], "cost": lambda s: s["cost_usd"],
+    "wall": lambda s: s["wall_s"], "label": lambda s: s["label"],
+}
 
 
 def loads(value: Any) -> Any:
@@ -106,6 +123,7 @@ def _summary(row: EpisodeRow, runs: dict[str, dict[str, Any]]) -> dict[str, Any]
     score, correct = score_of(meta)
     metadata = _dict(task.get("metadata"))
     dataset = metadata.get("dataset") or (runs.get(row.run_id or "", {}).get("dataset"))
+    note = _dict(_dict(meta).get("annotation"))
     ended, started = _number(row.ended), _number(row.started)  # a damaged row lists, without times
     return {
         "id": row.id, "run_id": row.run_id, "task_id": row.task_id, "epoch": row.epoch,
@@ -116,12 +134,34 @@ def _summary(row: EpisodeRow, runs: dict[str, dict[str, Any]]) -> dict[str, Any]
         "input_tokens": row.input_tokens or 0, "output_tokens": row.output_tokens or 0,
         "cost_usd": row.cost_usd, "cost_units": row.cost_units or 0,
         "score": score, "correct": correct, "dataset": dataset if isinstance(dataset, str) else None,
+        "answer": _clip(row.answer, MAX_ANSWER) if isinstance(row.answer, str) else None,
+        "label": note.get("label") if isinstance(note.get("label"), str) else None,
+        "note": note.get("note") if isinstance(note.get("note"), str) else None,
     }
+
+
+def parse_sort(sort: str | None) -> tuple[str, bool]:
+    """(column, descending) from a ``sort=`` value such as ``score`` or ``-cost``; raises ValueError."""
+    text = (sort or DEFAULT_SORT).strip()
+    key, descending = text.lstrip("-"), text.startswith("-")
+    if key not in SORT_KEYS:
+        raise ValueError(f"sort must be one of {', '.join(SORT_KEYS)} (a leading '-' reverses it); got '{sort}'")
+    return key, descending
+
+
+def sort_summaries(summaries: list[dict[str, Any]], sort: str | None) -> list[dict[str, Any]]:
+    """``summaries`` ordered by ``sort`` (stable: ties keep their newest-first order); no value last."""
+    key, descending = parse_sort(sort)
+    if key == "started" and descending:
+        return summaries  # the store's own order
+    value = SORT_KEYS[key]
+    known = [s for s in summaries if value(s) is not None]
+    return sorted(known, key=value, reverse=descending) + [s for s in summaries if value(s) is None]
 
 
 def episode_summaries(
     store: TraceStore, *, strategy: str | None = None, run: str | None = None, dataset: str | None = None,
-    correct: str | None = None, q: str | None = None, limit: int | None = None,
+    correct: str | None = None, q: str | None = None, limit: int | None = None, label: str | None = None,
 ) -> list[dict[str, Any]]:
     """Episodes, newest first, that pass every given filter (empty = no filter)."""
     on, wanted = parse_correct(correct)
@@ -132,7 +172,8 @@ def episode_summaries(
         if q and not matches_text(prompt_of(row), q):
             continue
         s = _summary(row, runs)
-        if (dataset and s["dataset"] != dataset) or (on and s["correct"] is not wanted):
+        if (dataset and s["dataset"] != dataset) or (on and s["correct"] is not wanted) or (
+                label and s["label"] != label):
             continue
         out.append(s)
         if limit is not None and len(out) >= limit:
@@ -142,13 +183,17 @@ def episode_summaries(
 
 def episode_page(
     store: TraceStore, *, strategy: str | None = None, run: str | None = None, dataset: str | None = None,
-    correct: str | None = None, q: str | None = None, offset: int = 0, limit: int = PAGE,
+    correct: str | None = None, q: str | None = None, offset: int = 0, limit: int = PAGE, sort: str | None = None,
+    label: str | None = None,
 ) -> dict[str, Any]:
-    """One page of :func:`episode_summaries`: ``episodes``, ``total`` (all that match), ``offset``, ``limit``."""
+    """One page of :func:`episode_summaries`, sorted by ``sort``: ``episodes``, ``total`` (all that
+    match), ``offset``, ``limit``, ``sort``."""
     offset, limit = max(0, offset), min(max(1, limit), MAX_PAGE)
-    found = episode_summaries(store, strategy=strategy, run=run, dataset=dataset, correct=correct, q=q)
-    page = found[offset:offset + limit]
-    return {"episodes": page, "count": len(page), "total": len(found), "offset": offset, "limit": limit}
+    parse_sort(sort)  # a bad value is refused before anything is read
+    found = episode_summaries(store, strategy=strategy, run=run, dataset=dataset, correct=correct, q=q, label=label)
+    page = sort_summaries(found, sort)[offset:offset + limit]
+    return {"episodes": page, "count": len(page), "total": len(found), "offset": offset, "limit": limit,
+            "sort": sort or DEFAULT_SORT}
 
 
 def same_task(store: TraceStore, prompt: str) -> list[dict[str, Any]]:
@@ -179,13 +224,14 @@ def facets(store: TraceStore) -> dict[str, Any]:
         "source": str(store.path),
         "strategies": sorted({s["strategy"] for s in summaries if s["strategy"]}),
         "datasets": sorted({s["dataset"] for s in summaries if s["dataset"]}),
+        "labels": sorted({s["label"] for s in summaries if s["label"]}),
         "runs": sorted(per_run.values(), key=lambda r: (r["id"] == NO_RUN, -(r["created"] or 0), r["id"])),
     }
 
 
-def _clip(value: Any) -> Any:
+def _clip(value: Any, limit: int = MAX_TEXT) -> Any:
     if isinstance(value, str):
-        return value if len(value) <= MAX_TEXT else value[:MAX_TEXT] + f"… [{len(value) - MAX_TEXT} more characters]"
+        return value if len(value) <= limit else value[:limit] + f"… [{len(value) - limit} more characters]"
     if isinstance(value, list):
         return [_clip(v) for v in value]
     if isinstance(value, dict):
@@ -236,6 +282,7 @@ def episode_detail(store: TraceStore, episode_id: str,
                                 "span_id": d.span_id}
         item.update(valid=bool(d.valid), t=(d.ts or t0) - t0, span_name=names.get(d.span_id or ""),
                     messages=_clip(loads(d.messages)), action=loads(d.action))
+        item["facets"] = action_facets(item["action"]) if d.valid else None
         for key, text in (("prompt_token_ids", d.prompt_token_ids), ("token_ids", d.token_ids),
                           ("logprobs", d.logprobs)):
             value = loads(text)
@@ -328,4 +375,5 @@ def bundle(store: TraceStore, limit: int | None = None) -> dict[str, Any]:
     for row in store.episodes(newest_first=True):
         by_prompt.setdefault(prompt_of(row), []).append(_brief(_summary(row, runs)))
     details = {s["id"]: episode_detail(store, s["id"], by_prompt) for s in summaries}
-    return {"static": True, "facets": facets(store), "episodes": summaries, "details": details}
+    return {"static": True, "facets": facets(store), "episodes": summaries, "details": details,
+            "charts": {by: charts(summaries, by) for by in ("time", "run")}}

@@ -3,10 +3,16 @@
 ``orchestrion view`` serves the page and a small JSON API with FastAPI + uvicorn:
 
 - ``GET /api/facets``: the filters' choices (strategies, datasets) and one line per run;
-- ``GET /api/episodes?q=&strategy=&run=&dataset=&correct=&offset=&limit=``: one page of episode
-  summaries, newest first, with ``total`` (how many match in all). ``q`` searches the task text
-  (every word, any case); ``run=-`` selects episodes recorded outside any run; ``correct`` is
-  yes, no or unknown;
+- ``GET /api/episodes?q=&strategy=&run=&dataset=&correct=&label=&sort=&offset=&limit=``: one page
+  of episode summaries (with each answer and annotation), newest first unless ``sort`` says
+  otherwise (``score``, ``-cost``, ...), with ``total`` (how many match in all). ``q`` searches
+  the task text (every word, any case); ``run=-`` selects episodes recorded outside any run;
+  ``correct`` is yes, no or unknown;
+- ``GET /api/charts?by=time|run&<the list's filters>``: accuracy, cost and latency per strategy
+  over time buckets or runs (``_viewer_charts``);
+- ``POST /api/episodes/{id}/annotation`` with a JSON body ``{"label": .., "note": ..}``: sets the
+  episode's annotation (both empty: clears it), stored in the trace store; the training export
+  filters on the label (``train export --label NAME``);
 - ``GET /api/episodes/{id}``: one episode (an id prefix works) with its spans, plan DAG or span
   graph, decisions, events and the other episodes of the same task (for the compare view);
 - ``GET /api/stream``: server-sent events, one ``change`` event (``{"episodes": [ids]}``) per
@@ -24,8 +30,10 @@ Neither path creates the database file: the watcher opens it read-only.
 
 ``orchestrion view --export DIR`` writes the same page with the data embedded in ``data.js``
 (``window.ORCHESTRION_DATA``), because browsers refuse ``fetch()`` of ``file://`` URLs; the
-bundle opens from disk with no server. The graph and timeline are drawn by vis-network and
-vis-timeline, vendored under ``static/vendor/``.
+bundle opens from disk with no server. There the list sorts and filters the embedded episodes
+as the API would, the charts are drawn over all of them (the list's filters apply to the served
+charts only), and annotations are shown but not editable. The graph and timeline are drawn by
+vis-network and vis-timeline, vendored under ``static/vendor/``.
 """
 
 from __future__ import annotations
@@ -46,8 +54,10 @@ from .._errors import TraceError
 from ..trace import FileWatch, TraceStore, atomic_files
 from . import _viewer_data as data
 from ._exposure import api_key, key_matches, refuse_exposure
+from ._viewer_charts import charts
 
 DATA_PLACEHOLDER = "<!-- orchestrion:data -->"
+ASSETS = ("app.js", "app.css", "charts.js", "diff.js")  # static/ files besides index.html and vendor/
 EXPORT_LIMIT = 2000  # newest episodes embedded in a static bundle
 WATCH_INTERVAL_S = 0.5  # how often the stream looks for writes of another process
 HEARTBEAT_S = 15.0  # an SSE comment this often keeps proxies from closing an idle stream
@@ -63,6 +73,25 @@ def _json(value: Any, status: int = 200, headers: dict[str, str] | None = None) 
 
     return Response(orjson.dumps(value, default=str), status_code=status, media_type="application/json",
                     headers=headers)
+
+
+def _annotation(body: bytes) -> tuple[str, str]:
+    """(label, note) from an annotation request body; an HTTP 400 when it is not one."""
+    from fastapi import HTTPException
+
+    try:
+        value = orjson.loads(body or b"{}")
+    except orjson.JSONDecodeError:
+        raise HTTPException(400, "the annotation body is not JSON") from None
+    if not isinstance(value, dict) or set(value) - {"label", "note"}:
+        raise HTTPException(400, 'the annotation body is {"label": "...", "note": "..."}')
+    label, note = value.get("label") or "", value.get("note") or ""
+    if not isinstance(label, str) or not isinstance(note, str):
+        raise HTTPException(400, "label and note are strings")
+    label, note = " ".join(label.split()), note.strip()
+    if len(label) > data.MAX_LABEL or len(note) > data.MAX_NOTE:
+        raise HTTPException(400, f"a label has at most {data.MAX_LABEL} characters and a note {data.MAX_NOTE}")
+    return label, note
 
 
 def _one_line(exc: BaseException) -> str:
@@ -96,13 +125,41 @@ def create_app(store: TraceStore, api_key: str | None = None) -> Any:
 
     @app.get("/api/episodes")
     def get_episodes(strategy: str = "", run: str = "", dataset: str = "", correct: str = "", q: str = "",
-                     offset: int = 0, limit: int = data.PAGE) -> Any:
+                     label: str = "", sort: str = "", offset: int = 0, limit: int = data.PAGE) -> Any:
         try:
             page = data.episode_page(store, strategy=strategy or None, run=run or None, dataset=dataset or None,
-                                     correct=correct or None, q=q or None, offset=offset, limit=limit)
+                                     correct=correct or None, q=q or None, label=label or None, sort=sort or None,
+                                     offset=offset, limit=limit)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
         return _json(page)
+
+    @app.get("/api/charts")
+    def get_charts(by: str = "time", strategy: str = "", run: str = "", dataset: str = "", correct: str = "",
+                   q: str = "", label: str = "") -> Any:
+        try:
+            found = data.episode_summaries(store, strategy=strategy or None, run=run or None, dataset=dataset or None,
+                                           correct=correct or None, q=q or None, label=label or None)
+            return _json(charts(found, by))
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+
+    async def post_annotation(request: Any) -> Any:  # a plain Starlette route: it is handed the request
+        episode_id = str(request.path_params["episode_id"])
+        if request.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            raise HTTPException(415, "send the annotation as JSON: Content-Type: application/json")
+        label, note = _annotation(await request.body())
+        try:
+            row = store.episode(episode_id)
+        except TraceError as exc:
+            raise HTTPException(400, str(exc)) from None
+        if row is None:
+            raise HTTPException(404, f"no episode with trace id '{episode_id}'")
+        store.annotate_episode(row.id, label=label, note=note)
+        await store.aflush()
+        return _json({"id": row.id, "label": label or None, "note": note or None})
+
+    app.add_route("/api/episodes/{episode_id}/annotation", post_annotation, methods=["POST"])
 
     async def get_stream(request: Any) -> Any:  # a plain Starlette route: it is handed the request
         async def events() -> AsyncIterator[str]:
@@ -210,7 +267,7 @@ def _write_bundle(folder: Path, page: str, payload: bytes) -> None:
     """The page, its assets and ``data.js`` in ``folder``."""
     src = static_dir()
     shutil.copytree(src / "vendor", folder / "vendor", copy_function=shutil.copyfile)
-    for name in ("app.js", "app.css"):
+    for name in ASSETS:
         shutil.copyfile(src / name, folder / name)
     (folder / "data.js").write_bytes(b"window.ORCHESTRION_DATA = " + payload + b";\n")
     (folder / "index.html").write_text(page.replace(DATA_PLACEHOLDER, '<script src="data.js"></script>'),

@@ -1,13 +1,19 @@
-// Orchestrion trace viewer: episode list with search, filters and pages; one episode's DAG,
-// timeline, spans, decisions and events; two episodes of one task side by side. Data comes from
+// Orchestrion trace viewer: episode list with search, filters, sorting and pages; charts per
+// strategy over time; one episode's DAG, timeline, spans, decisions, events and annotation; two
+// episodes side by side with their decisions diffed (diff.js, charts.js). Data comes from
 // the JSON API (kept fresh by the server's event stream, api/stream), or from
 // window.ORCHESTRION_DATA in a static export. Model text is only ever inserted as text
 // (textContent), never as HTML.
 "use strict";
 (function () {
   const STATIC = window.ORCHESTRION_DATA || null;
-  const FILTERS = ["q", "strategy", "run", "dataset", "correct"];
-  const PAGING = ["offset", "limit"];
+  const FILTERS = ["q", "strategy", "run", "dataset", "correct", "label"];
+  const PAGING = ["offset", "limit", "sort", "by"];
+  // sortable columns: the API's SORT_KEYS (_viewer_data.py), read the same way for a static export
+  const SORTS = { started: (e) => e.started, strategy: (e) => e.strategy, status: (e) => e.status,
+    score: (e) => (e.score !== null ? e.score : e.correct === null ? null : Number(e.correct)),
+    tokens: (e) => (e.input_tokens || 0) + (e.output_tokens || 0), cost: (e) => e.cost_usd, wall: (e) => e.wall_s,
+    label: (e) => e.label };
   const PAGE = 50;
   const CORRECT = { yes: true, true: true, 1: true, no: false, false: false, 0: false, unknown: null };
   const app = document.getElementById("app");
@@ -24,13 +30,25 @@
       facets: () => get("api/facets"),
       episodes: (f) => get("api/episodes?" + new URLSearchParams(f)),
       episode: (id) => get("api/episodes/" + encodeURIComponent(id)),
+      charts: (f) => get("api/charts?" + new URLSearchParams(f)),
+      annotate: (id, body) => fetch("api/episodes/" + encodeURIComponent(id) + "/annotation", {
+        method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+      }).then((r) => r.json().then((b) => { if (!r.ok) throw new Error(b.detail || r.statusText); return b; })),
     };
+  }
+  function sortList(list, sort) {  // the API's sort_summaries: stable, episodes without a value last
+    const key = (sort || "-started").replace(/^-/, ""), desc = (sort || "-started").startsWith("-");
+    if (!(key in SORTS)) throw new Error("sort must be one of " + Object.keys(SORTS).join(", "));
+    if (key === "started" && desc) return list;
+    const v = SORTS[key], none = (e) => v(e) === null || v(e) === undefined;
+    const known = list.filter((e) => !none(e)).sort((a, b) => { const x = v(a), y = v(b), c = x < y ? -1 : x > y ? 1 : 0; return desc ? -c : c; });
+    return known.concat(list.filter(none));
   }
   function staticSource(d) {
     return {
       facets: async () => d.facets,
       episodes: async (f) => {
-        const found = d.episodes.filter((e) => matches(e, f, d.details[e.id]));
+        const found = sortList(d.episodes.filter((e) => matches(e, f, d.details[e.id])), f.sort);
         const offset = Math.max(0, parseInt(f.offset, 10) || 0), limit = Math.max(1, parseInt(f.limit, 10) || PAGE);
         const page = found.slice(offset, offset + limit);
         return { episodes: page, count: page.length, total: found.length, offset, limit };
@@ -40,6 +58,8 @@
         if (!key) throw new Error("no episode with trace id '" + id + "' in this export");
         return d.details[key];
       },
+      charts: async (f) => d.charts[f.by || "time"] || d.charts.time,
+      annotate: async () => { throw new Error("a static export is read-only"); },
     };
   }
   function matches(e, f, detail) {  // the same rules as the API (_viewer_data.episode_summaries)
@@ -51,6 +71,7 @@
     if (f.run && (f.run === "-" ? !!e.run_id : e.run_id !== f.run)) return false;
     if (f.dataset && e.dataset !== f.dataset) return false;
     if (f.correct && f.correct.toLowerCase() in CORRECT && e.correct !== CORRECT[f.correct.toLowerCase()]) return false;
+    if (f.label && e.label !== f.label) return false;
     return true;
   }
   const source = STATIC ? staticSource(STATIC) : httpSource();
@@ -76,6 +97,8 @@
   const correctBadge = (c) => el("span", { class: "badge " + (c === true ? "yes" : c === false ? "no" : "unknown") }, c === true ? "correct" : c === false ? "wrong" : "unknown");
   const statusBadge = (s) => el("span", { class: "badge status-" + cls(s) }, s || "?");
   const cls = (s) => String(s || "none").replace(/[^a-z0-9_-]/gi, "_");
+  const cut = (t, n) => { const one = String(t || "").replace(/\s+/g, " ").trim(); return one.length > n ? one.slice(0, n - 1) + "…" : one; };
+  const labelBadge = (e) => (e.label ? el("span", { class: "badge label", title: e.note || null }, e.label) : e.note ? el("span", { class: "hint", title: e.note }, "(note)") : "");
   const show = (...kids) => app.replaceChildren(...kids.flat(Infinity).filter((k) => k !== null && k !== undefined && k !== false));
   function section(title, ...body) { return el("section", null, el("h2", null, title), ...body); }
   function pre(text, klass) { return el("pre", { class: klass || null }, text === null || text === undefined ? "" : json(text)); }
@@ -92,6 +115,7 @@
       const [a, b] = h.slice(8).split("/").map(decodeURIComponent);
       return { compare: [a, b || ""] };
     }
+    if (h.startsWith("charts")) return { charts: Object.fromEntries(new URLSearchParams(h.slice(6).replace(/^\?/, ""))) };
     const q = new URLSearchParams(h.replace(/^\?/, ""));
     return { filters: Object.fromEntries([...FILTERS, ...PAGING].map((k) => [k, q.get(k) || ""]).filter(([, v]) => v)) };
   }
@@ -99,10 +123,11 @@
     destroyWidgets();
     const r = (view.route = parseHash());
     delete document.body.dataset.ready;
-    const ready = r.episode ? "episode" : r.compare ? "compare" : "list";
+    const ready = r.episode ? "episode" : r.compare ? "compare" : r.charts ? "charts" : "list";
     try {
       if (r.episode) await renderEpisode(r.episode);
       else if (r.compare) await renderCompare(r.compare[0], r.compare[1]);
+      else if (r.charts) await renderCharts(r.charts);
       else await renderList(r.filters);
       document.body.dataset.ready = ready;
     } catch (err) {
@@ -128,7 +153,7 @@
       const ids = JSON.parse(msg.data).episodes || [];
       const r = view.route || {};
       const shown = r.episode && view.episode ? [view.episode] : r.compare && view.compare ? view.compare : [];
-      if (!r.episode && !r.compare) refresh(() => fillList(r.filters || {}));
+      if (!r.episode && !r.compare && !r.charts) refresh(() => fillList(r.filters || {}));
       else if (shown.some((d) => !d.summary.finished && ids.includes(d.summary.id))) refresh(route, true);
     });
   }
@@ -162,7 +187,9 @@
       choose("run", "Run", facets.runs.map((r) => [r.id, r.id === "-" ? "(no run)" : r.id.slice(0, 16)])),
       choose("dataset", "Dataset", facets.datasets.map((d) => [d, d])),
       choose("correct", "Correct", [["yes", "correct"], ["no", "wrong"], ["unknown", "not scored"]]),
-      FILTERS.some((k) => filters[k]) ? el("a", { href: "#/" }, "clear filters") : null);
+      choose("label", "Label", (facets.labels || []).map((l) => [l, l])),
+      FILTERS.some((k) => filters[k]) ? el("a", { href: listHash({ sort: filters.sort }) }, "clear filters") : null,
+      el("a", { class: "charts-link", href: "#/charts?" + new URLSearchParams(Object.entries(filters).filter(([k, v]) => v && FILTERS.includes(k))) }, "charts per strategy →"));
     show(bar, el("div", { id: "list-body" }));
     await fillList(filters, facets);
   }
@@ -181,11 +208,22 @@
       el("td", null, e.strategy), el("td", null, statusBadge(e.finished ? e.status : e.status + " (unfinished)")),
       el("td", null, correctBadge(e.correct), e.score === null ? "" : " " + e.score),
       el("td", { class: "num" }, tokens(e)), el("td", { class: "num" }, cost(e.cost_usd)), el("td", { class: "num" }, secs(e.wall_s)),
-      el("td", { class: "task" }, e.prompt)));
+      el("td", { class: "label-cell" }, labelBadge(e)),
+      el("td", { class: "task", title: e.prompt }, e.prompt),
+      el("td", { class: "answer", title: e.answer || "" }, e.answer === null ? "" : cut(e.answer, 60))));
     body.replaceChildren(section("Runs", runs),
       section("Episodes (" + page.total + ")", pager(filters, page), page.episodes.length ? el("table", { class: "episodes" },
-        el("tr", null, ["started", "trace id", "strategy", "status", "correct", "tokens", "cost", "wall", "task"].map((h) => el("th", null, h))),
-        rows) : el("p", null, "No episode matches " + (filters.q ? "this search and these filters." : "these filters."))));
+        el("tr", null, COLUMNS.map(([h, key]) => header(h, key, filters))), rows) : el("p", null, "No episode matches " + (filters.q ? "this search and these filters." : "these filters."))));
+  }
+  const COLUMNS = [["started", "started"], ["trace id"], ["strategy", "strategy"], ["status", "status"], ["correct", "score"],
+    ["tokens", "tokens"], ["cost", "cost"], ["wall", "wall"], ["label", "label"], ["task"], ["answer"]];
+  function header(text, key, filters) {  // a click sorts by the column, a second reverses it; back to page 1
+    if (!key) return el("th", null, text);
+    const now = filters.sort || "-started", on = now.replace(/^-/, "") === key, desc = now.startsWith("-");
+    const next = on ? (desc ? key : "-" + key) : key;
+    return el("th", { class: "sortable" + (on ? " sorted" : ""), "data-sort": key, "aria-sort": on ? (desc ? "descending" : "ascending") : null,
+      title: "sort by " + text, onclick: () => { location.hash = listHash({ ...filters, sort: next === "-started" ? "" : next, offset: "" }); } },
+    text, on ? (desc ? " ▼" : " ▲") : "");
   }
   function pager(filters, page) {
     if (!page.total) return null;
@@ -215,6 +253,7 @@
       el("div", { class: "label" }, "Task"), pre(d.task && d.task.prompt !== undefined ? d.task.prompt : d.task),
       el("div", { class: "label" }, "Answer"), pre(d.answer || "(no answer)", "answer"),
       d.error ? pre(d.error, "error") : null,
+      annotation(s),
       sameTask(d),
       section(d.graph.mode === "plan" ? "Plan DAG" : "Span graph (this episode has no plan: rounds → calls)", graph,
         d.graph.truncated ? el("p", { class: "hint" }, d.graph.truncated + " deeper spans left out of the graph") : null),
@@ -225,6 +264,48 @@
       section("Sub-agent messages, revisions and other events (" + d.events.length + ")", eventTable(d)));
     view.network = drawGraph(graph, d.graph);
     view.timeline = drawTimeline(timeline, d);
+  }
+
+  function annotation(s) {  // a label and a note, saved in the trace store (POST api/episodes/ID/annotation)
+    if (STATIC) return section("Annotation", s.label || s.note ? el("p", { class: "annotation-shown" }, labelBadge(s), " ", s.note || "")
+      : el("p", { class: "hint" }, "Not annotated."), el("p", { class: "hint" }, "A static export is read-only: annotate in the served viewer."));
+    const label = el("input", { name: "label", value: s.label || "", maxlength: 64, size: 24, placeholder: "label, e.g. good-plan" });
+    const note = el("textarea", { name: "note", rows: 2, cols: 70, maxlength: 4000, placeholder: "a note" }, s.note || "");
+    const said = el("span", { class: "hint annotation-status" });
+    const save = async (e) => {
+      e.preventDefault();
+      said.textContent = "saving…";
+      try {
+        const got = await source.annotate(s.id, { label: label.value, note: note.value });
+        s.label = got.label; s.note = got.note;
+        said.textContent = got.label || got.note ? "saved" : "cleared";
+      } catch (err) { said.textContent = "not saved: " + err.message; }
+    };
+    return section("Annotation", el("form", { class: "annotation", onsubmit: save },
+      el("label", null, "Label ", label), el("label", null, "Note ", note), el("button", { type: "submit" }, "Save"), said),
+    el("p", { class: "hint" }, "Kept in the trace store; `orchestrion train export --label NAME` exports only episodes with that label."));
+  }
+
+  // -- charts: accuracy, cost and latency per strategy, over time or across runs -------------
+  async function renderCharts(f) {
+    const by = f.by === "run" ? "run" : "time";
+    const filters = Object.fromEntries(Object.entries(f).filter(([k, v]) => v && FILTERS.includes(k)));
+    const data = await source.charts({ ...filters, by });
+    const go = (b) => { location.hash = "#/charts?" + new URLSearchParams({ ...filters, by: b }); };
+    const C = window.orchestrionCharts;
+    show(
+      el("p", null, el("a", { href: listHash(filters) }, "← episodes")),
+      el("h1", null, "Per strategy " + (by === "run" ? "across runs" : "over time")),
+      el("form", { class: "filters" }, el("label", null, "x axis ",
+        el("select", { name: "by", onchange: (e) => go(e.target.value) },
+          el("option", { value: "time", selected: by === "time" ? "selected" : null }, "time (equal buckets)"),
+          el("option", { value: "run", selected: by === "run" ? "selected" : null }, "runs"))),
+      Object.keys(filters).length ? el("span", { class: "hint" }, STATIC ? "a static export charts every episode: the list's filters apply to the served viewer only"
+        : "episodes matching: " + Object.entries(filters).map(([k, v]) => k + "=" + v).join(", ")) : null),
+      el("p", { class: "hint" }, data.episodes + " episodes. Accuracy counts scored episodes only; cost, episodes whose cost is known. Hover a point for its counts."),
+      el("div", { class: "legend" }, data.series.map((s, i) => el("span", { class: "swatch", "data-strategy": s.strategy },
+        el("i", { style: "background:" + C.colorOf(i) }), s.strategy))),
+      el("div", { class: "charts" }, data.metrics.map((m) => el("figure", { class: "chart-box" }, el("figcaption", null, m.title), C.draw(m, data)))));
   }
 
   function sameTask(d) {
@@ -263,9 +344,23 @@
         rows.map(([k, f]) => el("tr", null, el("th", null, k), both.map((d) => el("td", null, f(d.summary))))),
         extra.map(([k, f]) => el("tr", null, el("th", null, k), both.map((d) => el("td", null, f(d))))),
         el("tr", null, el("th", null, "answer"), both.map((d) => el("td", null, pre(d.answer || "(no answer)", "answer"))))),
+      decisionDiff(both),
       section("Timelines (one time scale)", el("div", { class: "side-by-side" },
         both.map((d, i) => el("div", null, el("h3", null, d.summary.strategy + " · " + d.summary.id.slice(0, 12)), timelines[i])))));
     view.timelines = both.map((d, i) => drawTimeline(timelines[i], d, span));
+  }
+
+  function decisionDiff(both) {  // decisions aligned by sequence; the fields that differ are marked
+    const rows = window.orchestrionDiff.align(both[0], both[1]);
+    if (!rows.length) return section("Decisions", el("p", null, "Neither episode made an orchestrator decision."));
+    const differ = rows.filter((r) => r.differs.length).length;
+    const cell = (v, r, f) => el("td", { class: r.differs.includes(f) ? "differs" : null, "data-field": f }, v ? v[f] : "(no decision)");
+    return section("Decisions, aligned by sequence (" + differ + " of " + rows.length + " differ)",
+      el("table", { class: "decision-diff" },
+        el("tr", null, el("th", null, "#"), el("th", null, "field"), el("th", { class: "mono" }, both[0].summary.id.slice(0, 12)), el("th", { class: "mono" }, both[1].summary.id.slice(0, 12))),
+        rows.map((r) => window.orchestrionDiff.FIELDS.map((f, i) => el("tr", { class: "diff-row" + (r.differs.length ? " differs" : " same") + (i ? "" : " first"), "data-index": r.index, "data-field": f },
+          i ? null : el("th", { rowspan: window.orchestrionDiff.FIELDS.length }, "#" + r.index, el("br"), r.differs.length ? el("span", { class: "badge no" }, "differs") : el("span", { class: "badge yes" }, "same")),
+          el("th", null, f), cell(r.a, r, f), cell(r.b, r, f))))));
   }
 
   function selectSpan(spanId) {
