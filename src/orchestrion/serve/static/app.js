@@ -107,6 +107,9 @@
       el("div", { class: "role" }, m && m.role ? m.role : "?"), pre(m && "content" in m ? m.content : m)));
   }
 
+  // what charts.js and diff.js draw their views with
+  const kit = { el, section, show, source, STATIC, FILTERS, listHash: (f) => listHash(f) };
+
   // -- routing ----------------------------------------------------------------------------
   function parseHash() {
     const h = location.hash.replace(/^#\/?/, "");
@@ -127,7 +130,7 @@
     try {
       if (r.episode) await renderEpisode(r.episode);
       else if (r.compare) await renderCompare(r.compare[0], r.compare[1]);
-      else if (r.charts) await renderCharts(r.charts);
+      else if (r.charts) await window.orchestrionCharts.page(kit, r.charts);
       else await renderList(r.filters);
       document.body.dataset.ready = ready;
     } catch (err) {
@@ -286,28 +289,6 @@
     el("p", { class: "hint" }, "Kept in the trace store; `orchestrion train export --label NAME` exports only episodes with that label."));
   }
 
-  // -- charts: accuracy, cost and latency per strategy, over time or across runs -------------
-  async function renderCharts(f) {
-    const by = f.by === "run" ? "run" : "time";
-    const filters = Object.fromEntries(Object.entries(f).filter(([k, v]) => v && FILTERS.includes(k)));
-    const data = await source.charts({ ...filters, by });
-    const go = (b) => { location.hash = "#/charts?" + new URLSearchParams({ ...filters, by: b }); };
-    const C = window.orchestrionCharts;
-    show(
-      el("p", null, el("a", { href: listHash(filters) }, "← episodes")),
-      el("h1", null, "Per strategy " + (by === "run" ? "across runs" : "over time")),
-      el("form", { class: "filters" }, el("label", null, "x axis ",
-        el("select", { name: "by", onchange: (e) => go(e.target.value) },
-          el("option", { value: "time", selected: by === "time" ? "selected" : null }, "time (equal buckets)"),
-          el("option", { value: "run", selected: by === "run" ? "selected" : null }, "runs"))),
-      Object.keys(filters).length ? el("span", { class: "hint" }, STATIC ? "a static export charts every episode: the list's filters apply to the served viewer only"
-        : "episodes matching: " + Object.entries(filters).map(([k, v]) => k + "=" + v).join(", ")) : null),
-      el("p", { class: "hint" }, data.episodes + " episodes. Accuracy counts scored episodes only; cost, episodes whose cost is known. Hover a point for its counts."),
-      el("div", { class: "legend" }, data.series.map((s, i) => el("span", { class: "swatch", "data-strategy": s.strategy },
-        el("i", { style: "background:" + C.colorOf(i) }), s.strategy))),
-      el("div", { class: "charts" }, data.metrics.map((m) => el("figure", { class: "chart-box" }, el("figcaption", null, m.title), C.draw(m, data)))));
-  }
-
   function sameTask(d) {
     const others = d.same_task || [];
     if (!others.length) return null;
@@ -344,23 +325,10 @@
         rows.map(([k, f]) => el("tr", null, el("th", null, k), both.map((d) => el("td", null, f(d.summary))))),
         extra.map(([k, f]) => el("tr", null, el("th", null, k), both.map((d) => el("td", null, f(d))))),
         el("tr", null, el("th", null, "answer"), both.map((d) => el("td", null, pre(d.answer || "(no answer)", "answer"))))),
-      decisionDiff(both),
+      window.orchestrionDiff.table(kit, both),
       section("Timelines (one time scale)", el("div", { class: "side-by-side" },
         both.map((d, i) => el("div", null, el("h3", null, d.summary.strategy + " · " + d.summary.id.slice(0, 12)), timelines[i])))));
     view.timelines = both.map((d, i) => drawTimeline(timelines[i], d, span));
-  }
-
-  function decisionDiff(both) {  // decisions aligned by sequence; the fields that differ are marked
-    const rows = window.orchestrionDiff.align(both[0], both[1]);
-    if (!rows.length) return section("Decisions", el("p", null, "Neither episode made an orchestrator decision."));
-    const differ = rows.filter((r) => r.differs.length).length;
-    const cell = (v, r, f) => el("td", { class: r.differs.includes(f) ? "differs" : null, "data-field": f }, v ? v[f] : "(no decision)");
-    return section("Decisions, aligned by sequence (" + differ + " of " + rows.length + " differ)",
-      el("table", { class: "decision-diff" },
-        el("tr", null, el("th", null, "#"), el("th", null, "field"), el("th", { class: "mono" }, both[0].summary.id.slice(0, 12)), el("th", { class: "mono" }, both[1].summary.id.slice(0, 12))),
-        rows.map((r) => window.orchestrionDiff.FIELDS.map((f, i) => el("tr", { class: "diff-row" + (r.differs.length ? " differs" : " same") + (i ? "" : " first"), "data-index": r.index, "data-field": f },
-          i ? null : el("th", { rowspan: window.orchestrionDiff.FIELDS.length }, "#" + r.index, el("br"), r.differs.length ? el("span", { class: "badge no" }, "differs") : el("span", { class: "badge yes" }, "same")),
-          el("th", null, f), cell(r.a, r, f), cell(r.b, r, f))))));
   }
 
   function selectSpan(spanId) {

@@ -1,8 +1,8 @@
 // Orchestrion trace viewer: small line charts in plain SVG (no chart library, works offline).
 // draw(metric, data) returns one <svg> for one metric of /api/charts (or the export's charts):
 // one line per strategy through its points, each point a circle with its value and episode
-// counts in a tooltip. Colours follow the strategy's place in data.series, so every chart of
-// one page colours a strategy alike.
+// counts in a tooltip; page(kit, filters) renders the whole chart page. Colours follow the
+// strategy's place in data.series, so every chart of one page colours a strategy alike.
 "use strict";
 window.orchestrionCharts = (function () {
   const NS = "http://www.w3.org/2000/svg";
@@ -68,5 +68,26 @@ window.orchestrionCharts = (function () {
     }
     return root;
   }
-  return { draw, colorOf };
+  // The chart page (#/charts?by=time|run&filters), drawn with app.js's helpers (kit).
+  async function page(kit, f) {
+    const { el, show, source, STATIC, FILTERS, listHash } = kit;
+    const by = f.by === "run" ? "run" : "time";
+    const filters = Object.fromEntries(Object.entries(f).filter(([k, v]) => v && FILTERS.includes(k)));
+    const data = await source.charts({ ...filters, by });
+    const go = (b) => { location.hash = "#/charts?" + new URLSearchParams({ ...filters, by: b }); };
+    show(
+      el("p", null, el("a", { href: listHash(filters) }, "← episodes")),
+      el("h1", null, "Per strategy " + (by === "run" ? "across runs" : "over time")),
+      el("form", { class: "filters" }, el("label", null, "x axis ",
+        el("select", { name: "by", onchange: (e) => go(e.target.value) },
+          el("option", { value: "time", selected: by === "time" ? "selected" : null }, "time (equal buckets)"),
+          el("option", { value: "run", selected: by === "run" ? "selected" : null }, "runs"))),
+      Object.keys(filters).length ? el("span", { class: "hint" }, STATIC ? "a static export charts every episode: the list's filters apply to the served viewer only"
+        : "episodes matching: " + Object.entries(filters).map(([k, v]) => k + "=" + v).join(", ")) : null),
+      el("p", { class: "hint" }, data.episodes + " episodes. Accuracy counts scored episodes only; cost, episodes whose cost is known. Hover a point for its counts."),
+      el("div", { class: "legend" }, data.series.map((s, i) => el("span", { class: "swatch", "data-strategy": s.strategy },
+        el("i", { style: "background:" + colorOf(i) }), s.strategy))),
+      el("div", { class: "charts" }, data.metrics.map((m) => el("figure", { class: "chart-box" }, el("figcaption", null, m.title), draw(m, data)))));
+  }
+  return { draw, colorOf, page };
 })();

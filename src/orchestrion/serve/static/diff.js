@@ -2,7 +2,8 @@
 // aligned by sequence: the n-th decision of one beside the n-th of the other (the attempts of one
 // decision share its span; the last valid attempt stands for it). Each pair is compared field by
 // field: the tools it calls, what it hands them, the model, whether it ends the episode, and how
-// many attempts it took. The facets come from the server (_viewer_diff.action_facets).
+// many attempts it took (table(kit, both): the compare view's section). The facets come from the
+// server (_viewer_diff.action_facets).
 "use strict";
 window.orchestrionDiff = (function () {
   const FIELDS = ["tool", "input", "model", "final", "attempts"];
@@ -34,5 +35,19 @@ window.orchestrionDiff = (function () {
     }
     return rows;
   }
-  return { FIELDS, align };
+  // The compare view's section: a table of the aligned decisions, differing fields marked (kit: app.js's helpers).
+  function table(kit, both) {
+    const { el, section } = kit;
+    const rows = align(both[0], both[1]);
+    if (!rows.length) return section("Decisions", el("p", null, "Neither episode made an orchestrator decision."));
+    const differ = rows.filter((r) => r.differs.length).length;
+    const cell = (v, r, f) => el("td", { class: r.differs.includes(f) ? "differs" : null, "data-field": f }, v ? v[f] : "(no decision)");
+    return section("Decisions, aligned by sequence (" + differ + " of " + rows.length + " differ)",
+      el("table", { class: "decision-diff" },
+        el("tr", null, el("th", null, "#"), el("th", null, "field"), el("th", { class: "mono" }, both[0].summary.id.slice(0, 12)), el("th", { class: "mono" }, both[1].summary.id.slice(0, 12))),
+        rows.map((r) => FIELDS.map((f, i) => el("tr", { class: "diff-row" + (r.differs.length ? " differs" : " same") + (i ? "" : " first"), "data-index": r.index, "data-field": f },
+          i ? null : el("th", { rowspan: FIELDS.length }, "#" + r.index, el("br"), r.differs.length ? el("span", { class: "badge no" }, "differs") : el("span", { class: "badge yes" }, "same")),
+          el("th", null, f), cell(r.a, r, f), cell(r.b, r, f))))));
+  }
+  return { FIELDS, align, table };
 })();
