@@ -107,7 +107,7 @@ def _stats(scores: list[float], costs: list[float]) -> ArmStats:
 
 
 def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str], *, k: int = 8,
-               min_trials: int = 2, explore: bool = True, relative_similarity: float = 0.6) -> AutoChoice:
+               min_trials: int = 2, explore: bool = True, relative_similarity: float = 0.8) -> AutoChoice:
     """Pick the arm for ``query`` (see the module doc); ``candidates`` in preference order."""
     by_prompt: dict[str, list[Outcome]] = {}
     for h in history:
@@ -193,7 +193,7 @@ class Auto(Strategy):
                                       "(default: direct, program and cot on the pool's models, and para)")
         k: int = Field(default=8, ge=1, description="nearest past task prompts whose episodes are compared")
         relative_similarity: float = Field(
-            default=0.6, ge=0, le=1, description="a past prompt less similar than this times the nearest one's "
+            default=0.8, ge=0, le=1, description="a past prompt less similar than this times the nearest one's "
                                                  "similarity is no neighbour")
         min_trials: int = Field(default=2, ge=1, description="episodes an arm needs on the neighbours before "
                                                              "auto stops exploring it")
