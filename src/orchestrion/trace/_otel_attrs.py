@@ -17,7 +17,8 @@ over a trace counts each call once. Every span also carries Orchestrion's own vi
 ``orchestrion.output_tokens``, ``orchestrion.cost_usd`` (absent when unknown) and
 ``orchestrion.cost_units``. ``openinference.span.kind`` names the span's role for Phoenix.
 
-OpenInference's attributes, which Phoenix reads:
+OpenInference's attributes (Phoenix groups sessions by the first; arize-phoenix 20.26 prices
+spans itself from their tokens and the model price it holds, and does not read the second):
 
 - ``session.id`` on every span of an episode: the client's session or conversation id for a
   served request (``metadata.session_id`` or ``metadata.conversation_id`` of the chat request),
