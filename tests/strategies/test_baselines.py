@@ -257,3 +257,21 @@ async def test_seed_option_reaches_the_model(strategy: str, store: TraceStore) -
     await solve("2+2?", strategy=strategy, pool=pool, store=store, options={"seed": 11})
     await solve("2+2?", strategy=strategy, pool=pool, store=store)
     assert seen == [11, None]
+
+
+async def test_program_answers_with_what_the_program_printed_else_as_direct(store: TraceStore) -> None:
+    from orchestrion.tools.agents import CoderAgent
+    from orchestrion.tools.envelope import ToolResult, ToolStatus
+    from tests.tools.test_agents import FakePython
+
+    coder = ScriptedModel(lambda m, c: "```python\nprint('apple pear')\n```", name="m")
+    fake = FakePython([ToolResult(output="sorting...\napple pear\n")])
+    res = await solve("Sort: pear apple", strategy="program", pool=Pool.from_models([coder]),
+                      tools=ToolRegistry([CoderAgent(), fake]), store=store)
+    assert res.answer == "Answer: apple pear" and res.meta["program_ok"] is True  # the last printed line, as is
+    failing = FakePython([ToolResult(status=ToolStatus.EXEC_ERROR, error="boom")] * 2)
+    model = ScriptedModel(lambda m, c: "Answer: pear" if "Question:" in m[-1]["content"] else "print(1)", name="m")
+    res = await solve("Sort: pear apple", strategy="program", pool=Pool.from_models([model]),
+                      tools=ToolRegistry([CoderAgent(), failing]), store=store)
+    assert res.answer == "Answer: pear" and res.meta["program_ok"] is False  # no result: direct's answer
+    assert model.calls[-1][-1]["content"] == render("direct", task="Sort: pear apple")
