@@ -46,9 +46,9 @@ async def test_serial_variant_does_not_overlap(store: TraceStore) -> None:
 async def test_at_most_max_calls_per_round_and_rounds_capped(store: TraceStore) -> None:
     slow = SlowTool(0.0)
     # the scripted orchestrator never says final; rounds stop at max_rounds=3, calls capped at 2 per round
-    orch = ScriptedModel(lambda m,
-                         c: "final" if c.json_schema is None else action([{"tool": "slow", "input": "x"}] * 4),
-                         name="orch")
+    n = iter(range(100))
+    orch = ScriptedModel(lambda m, c: "final" if c.json_schema is None else action(
+        [{"tool": "slow", "input": f"x{next(n)}"} for _ in range(4)]), name="orch")
     res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store,
                       options={"max_rounds": 3, "max_calls": 2})
     assert len(slow.spans) == 6
@@ -101,7 +101,8 @@ async def test_agent_calls_use_the_chosen_model_and_cost_rolls_up(store: TraceSt
 
 
 async def test_budget_stop_keeps_the_trace(store: TraceStore) -> None:
-    orch = ScriptedModel(lambda m, c: action([{"tool": "slow", "input": "x"}]), name="orch")
+    n = iter(range(100))  # a new call every round: the orchestrator never stops on its own
+    orch = ScriptedModel(lambda m, c: action([{"tool": "slow", "input": f"x{next(n)}"}]), name="orch")
     res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([SlowTool(0)]),
                       store=store,
                       budget=Budget(steps=5))
@@ -120,6 +121,19 @@ async def test_wall_budget_stops_a_hanging_model(store: TraceStore) -> None:
     assert store.episode(res.trace_id).finished == 1  # type: ignore[union-attr]
 
 
+async def test_a_round_that_only_repeats_calls_ends_the_loop(store: TraceStore) -> None:
+    slow = SlowTool(0.0)
+    same = {"tool": "slow", "input": "count"}
+    orch = ScriptedModel([action([same, same]), action([same, {"tool": "slow", "input": "other"}]), action([same]),
+                          "syn"], name="orch")
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store,
+                      options={"max_rounds": 6})
+    assert len(slow.spans) == 2  # 'count' once (not twice in round 1, not again in round 2), then 'other'
+    assert res.meta["rounds"] == 3 and res.meta["stop"] == "repeated_calls" and res.answer == "syn"
+    [event] = [e.data_value() for e in store.events(res.trace_id) if e.kind == "repeated_calls"]
+    assert event["round"] == 3
+
+
 async def test_calls_sent_with_final_run_then_stop(store: TraceStore) -> None:
     slow = SlowTool(0.0)
     orch = ScriptedModel([action([{"tool": "slow", "input": "a"}, {"tool": "slow", "input": "b"}], final=True), "syn"],
@@ -133,7 +147,7 @@ async def test_answer_meta_is_stored_with_the_episode(store: TraceStore) -> None
     orch = ScriptedModel([action([], True), "syn"], name="orch")
     res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([]), store=store)
     meta = json.loads(store.episode(res.trace_id).meta)  # type: ignore[union-attr]
-    assert meta["result"] == {"rounds": 1, "calls": 0, "invalid_decisions": 0}
+    assert meta["result"] == {"rounds": 1, "calls": 0, "invalid_decisions": 0, "stop": "final"}
     assert "options" in meta and "budget" in meta
 
 

@@ -3,7 +3,9 @@
 Each round the orchestrator reads the task and the structured feedback of all
 earlier calls (status OK / EXEC_ERROR / TIMEOUT / ...), then either issues up to
 ``max_calls`` calls (tools and agent tools alike, each optionally on a chosen pool
-model) that run concurrently, or sets ``final``. A synthesis model then turns the
+model) that run concurrently, or sets ``final``. Calls that already ran (same tool, input
+and model) are not run again; a round with nothing else ends the loop (event
+``repeated_calls``: the same calls would bring no new result). A synthesis model then turns the
 whole trajectory into the answer. Paper defaults: 12 rounds, 4 calls per round.
 """
 
@@ -72,6 +74,8 @@ class Para(Strategy):
         history: list[str] = []
         results: list[tuple[Call, ToolResult]] = []
         invalid = streak = 0
+        done: set[tuple[str, str, str | None]] = set()  # calls already run (tool, input, model)
+        stop = "rounds"
         for rnd in range(1, max_rounds + 1):
             ctx.budget.new_round()
             with ctx.tracer.span("round", f"round {rnd}"):
@@ -83,22 +87,31 @@ class Para(Strategy):
                     invalid, streak = invalid + 1, streak + 1
                     history.append(f"Round {rnd}: your reply was not a valid action ({decision.error}).")
                     if streak == opts.max_invalid_rounds:
+                        stop = "invalid_decisions"
                         break  # a model that cannot produce the format will not start now: stop spending
                     continue
                 streak = 0
                 action = decision.action
                 if not action.calls:
+                    stop = "final"
                     break
-                calls = action.calls[:max_calls]
+                fresh = {_key(c): c for c in action.calls[:max_calls] if _key(c) not in done}
+                calls = list(fresh.values())  # each distinct call once
+                if not calls:  # the same calls again would give the same results: nothing new can come
+                    ctx.tracer.event("repeated_calls", {"round": rnd, "calls": [_describe(c) for c in action.calls]})
+                    stop = "repeated_calls"
+                    break
+                done.update(fresh)
                 outcomes = await ctx.parallel(self._run_call(ctx, call) for call in calls)
                 for call, result in zip(calls, outcomes):
                     results.append((call, result))
                     history.append(f"[R{len(results)}] {_describe(call)} -> {result.feedback(300)}")
                 if action.final:  # calls sent together with final are the last ones
+                    stop = "final"
                     break
         evidence = [Evidence(f"{_describe(c)} -> {r.feedback(600)}", r.output if r.ok else None) for c, r in results]
         text = await synthesize(task.prompt, evidence, ctx)
-        return Answer(text, meta={"rounds": rnd, "calls": len(results), "invalid_decisions": invalid})
+        return Answer(text, meta={"rounds": rnd, "calls": len(results), "invalid_decisions": invalid, "stop": stop})
 
     @staticmethod
     async def _run_call(ctx: RunContext, call: Call) -> ToolResult:
@@ -106,6 +119,10 @@ class Para(Strategy):
         if args is None and call.tool in ctx.tools:
             args = ctx.tools.get(call.tool).args_from_input(call.input)
         return await ctx.call_tool(call.tool, args, model=call.model)
+
+
+def _key(call: Call) -> tuple[str, str, str | None]:
+    return call.tool, call.input.strip() if not call.args else repr(sorted(call.args.items())), call.model
 
 
 def _describe(call: Call) -> str:
