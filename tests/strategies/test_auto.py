@@ -40,10 +40,32 @@ def test_the_cheapest_arm_within_one_standard_error_of_the_best_wins() -> None:
                + outcomes(SORT, "para", [1, 1, 1, 0], 9.0) + outcomes(SORT, "direct:small", [0, 0, 0, 0], 0.1))
     choice = choose_arm(SORT.format("q r"), history, ARMS)
     assert not choice.exploring and choice.arm == "program:big"  # para is within 1 se of it, but costs 3x
-    assert choice.stats["program:big"].n == 4 and "cheapest within one standard error" in choice.reason
+    assert choice.stats["program:big"].n == 4 and "no cheaper arm is as good" in choice.reason
     # a cheaper arm that is as good wins
     cheap = [h for h in history if h.arm != "direct:small"] + outcomes(SORT, "direct:small", [1, 1, 1, 1], 0.1)
     assert choose_arm(SORT.format("q r"), cheap, ARMS).arm == "direct:small"
+
+
+def test_an_arm_that_loses_example_by_example_is_not_as_good() -> None:
+    best = [1.0] * 8 + [0.0] * 8
+    loses = [1.0] * 6 + [0.0] * 10  # loses two of best's wins: within 1 se of best's mean, but paired it is worse
+    trades = [1.0] * 6 + [0.0] * 2 + [1.0] * 2 + [0.0] * 6  # loses two, wins two others: as good
+    arms = ["program:big", "direct:small"]
+    for cheap, chosen in ((loses, "program:big"), (trades, "direct:small")):
+        history = outcomes(SORT, "program:big", best, 3.0) + outcomes(SORT, "direct:small", cheap, 0.1)
+        choice = choose_arm(SORT.format("q r"), history, arms, k=16, relative_similarity=0.0, prior_weight=0)
+        assert choice.stats["direct:small"].mean >= choice.stats["program:big"].mean - choice.stats["program:big"].se
+        assert choice.arm == chosen, choice.reason
+    assert choice.stats["direct:small"].vs_best == (0.0, pytest.approx((4 / 15 / 16) ** 0.5))
+
+
+def test_a_weak_arm_lucky_on_a_few_neighbours_is_pulled_to_its_record() -> None:
+    history = (outcomes(SORT, "direct:big", [1, 1], 1.0) + outcomes(SORT, "direct:small", [1, 1], 0.1)
+               + outcomes(COUNT, "direct:big", [1] * 10, 1.0) + outcomes(COUNT, "direct:small", [0] * 10, 0.1))
+    arms = ["direct:big", "direct:small"]
+    assert choose_arm(SORT.format("x y"), history, arms, prior_weight=0).arm == "direct:small"  # equal on sorting
+    choice = choose_arm(SORT.format("x y"), history, arms)
+    assert choice.arm == "direct:big" and choice.stats["direct:small"].pulled == pytest.approx((2 + 2 * 2 / 12) / 4)
 
 
 def test_neighbours_decide_per_kind_of_task() -> None:
@@ -86,7 +108,7 @@ async def test_auto_learns_from_train_episodes_only_and_records_why(store: Trace
     [event] = [e.data_value() for e in store.events(res.trace_id) if e.kind == "auto_choice"]
     assert event["history"] == 6 and len(event["neighbours"]) == 3
     shown = CliRunner().invoke(app, ["trace", "show", res.trace_id, "--db", str(store.path)])
-    assert "auto chose direct:small" in shown.output and "cheapest within one standard error" in shown.output
+    assert "auto chose direct:small" in shown.output and "best on the 3 nearest past tasks" in shown.output
 
 
 async def test_auto_with_only_test_history_explores(store: TraceStore) -> None:

@@ -10,15 +10,23 @@ it answered on (``meta.result.model``, for strategies that take a ``model`` opti
 
 Choice (pure, in :func:`choose_arm`):
 
-1. the ``k`` past task prompts most similar to the new one (TF-IDF cosine, numbers as one
-   token, :func:`orchestrion.tools.nearest`), less those under ``relative_similarity`` times
-   the nearest one's similarity (a task of another kind is no neighbour), are its neighbours;
+1. past task prompts are ranked by similarity to the new one (TF-IDF cosine, numbers as one
+   token, :func:`orchestrion.tools.nearest`); those under ``relative_similarity`` times the
+   nearest one's similarity are no neighbours (a task of another kind). Each arm is judged on
+   the ``k`` nearest neighbours that *it* ran, so arms tried on different past tasks are each
+   judged on their most similar ones;
 2. history is thin when there are no neighbours, or a candidate arm has fewer than
-   ``min_trials`` scored episodes on them: then ``auto`` explores, running the least-tried
-   candidate (ties: the candidates' order, whose first is ``direct`` on the orchestrator);
-3. otherwise each arm's mean score over the neighbours' episodes, with a standard error, and
-   its mean compute units per episode, are compared: the cheapest arm whose mean is within one
-   standard error of the best mean is chosen (ties: the candidates' order).
+   ``min_trials`` neighbours: then ``auto`` explores, running the least-tried candidate (ties:
+   the candidates' order, whose first is ``direct`` on the orchestrator);
+3. otherwise each arm is scored on its neighbours (one mean score per past prompt, so a prompt
+   tried twice counts once): its mean, a standard error, its mean compute units per episode, and a
+   *pulled* mean, shrunk towards the arm's mean over all history by ``prior_weight`` pseudo
+   episodes, so that a weak arm that was lucky on a few neighbours does not look strong. The best
+   arm has the highest pulled mean. An arm is *as good as the best* when its pulled mean is within
+   one standard error of the difference of the two (``hypot`` of their errors) of the best's, and, on the neighbours both ran, its mean difference from the
+   best is not below minus one standard error of that paired difference (arms that agree example by
+   example have a small paired error; an arm that loses examples the best wins has not). The
+   cheapest arm that is as good as the best is chosen (ties: the candidates' order).
 
 The choice, the reason, the neighbours and every arm's numbers are written on the episode (event
 ``auto_choice``, and ``meta.result.auto``), so ``orchestrion trace show`` explains it. This gives
@@ -77,10 +85,14 @@ class ArmStats:
     mean: float
     se: float
     cost_units: float
+    pulled: float  # the mean shrunk towards the arm's mean over all history
+    vs_best: tuple[float, float] = (0.0, 0.0)  # paired mean difference from the best arm, and its se
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> dict[str, float | None]:
+        diff, se = self.vs_best  # se is infinite when the two arms share no neighbour: written as null
         return {"n": self.n, "mean": round(self.mean, 4), "se": round(self.se, 4),
-                "cost_units": round(self.cost_units, 4)}
+                "cost_units": round(self.cost_units, 4), "pulled": round(self.pulled, 4),
+                "vs_best": round(diff, 4), "vs_best_se": round(se, 4) if math.isfinite(se) else None}
 
 
 @dataclass
@@ -99,48 +111,80 @@ class AutoChoice:
                 "neighbours": [{"prompt": p[:160], "similarity": round(s, 4)} for p, s in self.neighbours]}
 
 
-def _stats(scores: list[float], costs: list[float]) -> ArmStats:
+def _stats(per_prompt: Mapping[str, float], costs: list[float], overall: float, prior_weight: float) -> ArmStats:
+    scores = list(per_prompt.values())
     n = len(scores)
-    mean = sum(scores) / n
     smoothed = (sum(scores) + 0.5) / (n + 1)  # never a zero error from a few equal scores
-    return ArmStats(n, mean, math.sqrt(smoothed * (1 - smoothed) / n), sum(costs) / len(costs))
+    pulled = (sum(scores) + prior_weight * overall) / (n + prior_weight)
+    return ArmStats(n, sum(scores) / n, math.sqrt(smoothed * (1 - smoothed) / n), sum(costs) / len(costs), pulled)
+
+
+def paired_difference(a: Mapping[str, float], b: Mapping[str, float]) -> tuple[float, float, int]:
+    """Mean of ``a - b`` over the prompts both scored, the standard error of that mean, and how many."""
+    common = [p for p in a if p in b]
+    n = len(common)
+    if n == 0:
+        return 0.0, math.inf, 0
+    d = [a[p] - b[p] for p in common]
+    mean = sum(d) / n
+    var = sum((x - mean) ** 2 for x in d) / (n - 1) if n > 1 else 0.0
+    return mean, math.sqrt(var / n), n
+
+
+def _ranked(query: str, history: Sequence[Outcome], candidates: Sequence[str],
+            relative_similarity: float) -> list[tuple[str, float]]:
+    """Every past prompt a candidate ran that is a neighbour of ``query``, most similar first."""
+    prompts = list(dict.fromkeys(h.prompt for h in history if h.arm in candidates))
+    found = nearest(query, prompts, len(prompts))
+    return [(prompts[i], s) for i, s in found if s >= relative_similarity * found[0][1]]
 
 
 def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str], *, k: int = 8,
-               min_trials: int = 2, explore: bool = True, relative_similarity: float = 0.8) -> AutoChoice:
+               min_trials: int = 2, explore: bool = True, relative_similarity: float = 0.8,
+               prior_weight: float = 2.0) -> AutoChoice:
     """Pick the arm for ``query`` (see the module doc); ``candidates`` in preference order."""
-    by_prompt: dict[str, list[Outcome]] = {}
+    ranked = _ranked(query, history, candidates, relative_similarity)
+    ran: dict[str, dict[str, list[Outcome]]] = {}  # arm -> prompt -> its episodes
+    overall: dict[str, list[float]] = {}
     for h in history:
         if h.arm in candidates:
-            by_prompt.setdefault(h.prompt, []).append(h)
-    prompts = list(by_prompt)
-    found = nearest(query, prompts, k)
-    found = [(i, s) for i, s in found if s >= relative_similarity * found[0][1]]
-    near = [o for i, _ in found for o in by_prompt[prompts[i]]]
-    neighbours = [(prompts[i], s) for i, s in found]
-    scores: dict[str, list[float]] = {}
+            overall.setdefault(h.arm, []).append(h.score)
+            ran.setdefault(h.arm, {}).setdefault(h.prompt, []).append(h)
+    per_prompt: dict[str, dict[str, float]] = {}
     costs: dict[str, list[float]] = {}
-    for o in near:
-        scores.setdefault(o.arm, []).append(o.score)
-        costs.setdefault(o.arm, []).append(o.cost_units)
-    stats = {a: _stats(scores[a], costs[a]) for a in candidates if a in scores}
-    if not near:
-        tried = {a: sum(1 for h in history if h.arm == a) for a in candidates}
+    for a, by in ran.items():  # each arm on the k nearest prompts that it ran
+        mine = [p for p, _ in ranked if p in by][:k]
+        if mine:
+            per_prompt[a] = {p: sum(o.score for o in by[p]) / len(by[p]) for p in mine}
+            costs[a] = [o.cost_units for p in mine for o in by[p]]
+    used = {p for scores in per_prompt.values() for p in scores}
+    neighbours = [(p, sim) for p, sim in ranked if p in used]
+    stats = {a: _stats(per_prompt[a], costs[a], sum(overall[a]) / len(overall[a]), prior_weight)
+             for a in candidates if a in per_prompt}
+    if not neighbours:
+        tried = {a: len(overall.get(a, [])) for a in candidates}
         arm = min(candidates, key=lambda a: (tried[a], candidates.index(a)))
         why = "no history at all" if not history else "no similar past task"
         return AutoChoice(arm, f"exploring: {why}; running the least-tried arm", True, stats, neighbours)
     thin = [a for a in candidates if (stats[a].n if a in stats else 0) < min_trials]
     if explore and thin:
         arm = min(thin, key=lambda a: (stats[a].n if a in stats else 0, candidates.index(a)))
-        return AutoChoice(arm, f"exploring: {len(thin)} arm(s) have fewer than {min_trials} episodes on "
-                               f"the {len(neighbours)} nearest past tasks", True, stats, neighbours)
-    best = max(stats.values(), key=lambda s: s.mean)
-    near_best = [a for a in candidates if a in stats and stats[a].mean >= best.mean - best.se]
-    arm = min(near_best, key=lambda a: (stats[a].cost_units, candidates.index(a)))
-    top = max(stats, key=lambda a: (stats[a].mean, -candidates.index(a)))
-    reason = (f"best on the {len(neighbours)} nearest past tasks: {top} (mean {best.mean:.2f} ± {best.se:.2f}); "
-              f"{arm} is the cheapest within one standard error (mean {stats[arm].mean:.2f}, "
-              f"{stats[arm].cost_units:.2f} compute units per episode)")
+        return AutoChoice(arm, f"exploring: {len(thin)} arm(s) ran fewer than {min_trials} of the "
+                               f"{len(neighbours)} similar past tasks", True, stats, neighbours)
+    top = max(stats, key=lambda a: (stats[a].pulled, -candidates.index(a)))
+    best = stats[top]
+    for a, st in stats.items():
+        st.vs_best = paired_difference(per_prompt[a], per_prompt[top])[:2] if a != top else (0.0, 0.0)
+    good = [a for a, st in stats.items() if a == top or (
+        st.pulled >= best.pulled - math.hypot(st.se, best.se) and st.vs_best[0] >= -st.vs_best[1])]
+    arm = min(good, key=lambda a: (stats[a].cost_units, candidates.index(a)))
+    chosen = stats[arm]
+    reason = (f"best on the {len(neighbours)} nearest past tasks: {top} (mean {best.mean:.2f} ± {best.se:.2f} "
+              f"over {best.n}, pulled to {best.pulled:.2f} by its record elsewhere); ")
+    reason += (f"{arm} is the cheapest as good as it (mean {chosen.mean:.2f}, {chosen.vs_best[0]:+.2f} ± "
+               f"{chosen.vs_best[1]:.2f} against it example by example, {chosen.cost_units:.2f} compute units "
+               f"per episode)" if arm != top else
+               f"no cheaper arm is as good ({best.cost_units:.2f} compute units per episode)")
     return AutoChoice(arm, reason, False, stats, neighbours)
 
 
@@ -197,6 +241,9 @@ class Auto(Strategy):
                                                  "similarity is no neighbour")
         min_trials: int = Field(default=2, ge=1, description="episodes an arm needs on the neighbours before "
                                                              "auto stops exploring it")
+        prior_weight: float = Field(
+            default=2.0, ge=0, description="pseudo episodes at an arm's mean over all history that its mean on "
+                                           "the neighbours is pulled towards (0: no pull)")
         explore: bool = Field(default=True, description="run an arm that has too little history (else choose "
                                                         "among the arms that have some)")
         history_split: str | None = Field(
@@ -214,7 +261,8 @@ class Auto(Strategy):
         rows = await asyncio.to_thread(ctx.tracer.store.scored_history, opts.history_limit, opts.history_split)
         history = parse_outcomes(r for r in rows if r.id != ctx.tracer.episode_id)
         choice = choose_arm(task.prompt, history, candidates, k=opts.k, min_trials=opts.min_trials,
-                            explore=opts.explore, relative_similarity=opts.relative_similarity)
+                            explore=opts.explore, relative_similarity=opts.relative_similarity,
+                            prior_weight=opts.prior_weight)
         ctx.tracer.event("auto_choice", {**choice.as_dict(), "history": len(history)})
         strategy, _, model = choice.arm.partition(":")
         child = ctx.with_options(self._arm_options(ctx, opts, strategy, model))
