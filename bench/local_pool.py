@@ -273,14 +273,16 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
         f"direct:{STRONGEST}", f"program:{STRONGEST}", *(f"direct:{m}" for m in LOCAL_MODELS if m != STRONGEST),
         *([f"cot:{STRONGEST}"] if "cot" in args.history else []), *(["para"] if "para" in args.history else [])]}
 
-    async def one(task: str, split: str, limit: int, strategy: str, model: str | None) -> tuple[str, str]:
+    async def one(task: str, split: str, limit: int, strategy: str, model: str | None,
+                  seed: int | None = None) -> tuple[str, str]:
         label = f"direct on {model}" if model else f"{strategy} (local pool)"
         if split == "test" and not model:
             limit = min(limit, args.limit_for.get(strategy, limit))
         opts = auto_opts if strategy == "auto" else _options([strategy])
-        config = EvalConfig(dataset=f"bigbench:{task}@{split}", strategies=[strategy], limit=limit, seed=args.seed,
+        seed = args.seed if seed is None else seed
+        config = EvalConfig(dataset=f"bigbench:{task}@{split}", strategies=[strategy], limit=limit, seed=seed,
                             concurrency=1, pool=model or "local", budget=BUDGET, options=opts)
-        key = f"{split}/{task}/{strategy}@{model or 'local'}/{limit}"
+        key = f"{split}/{task}/{strategy}@{model or 'local'}/{limit}" + ("" if seed == args.seed else f"/seed{seed}")
         if args.report_only:  # what has run so far, finished or not; nothing new is started
             return label, state.get(key, "")
         return label, await _run(key, config, PoolFactory(only=model), store, state, state_path)
@@ -289,6 +291,10 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
     for task in tasks:  # phase 1: what auto learns from
         for strategy, model in history:
             await one(task, "train", args.train, strategy, model)
+            if args.more_train:  # a second @train sample (another shuffle): more history without rerunning the first
+                await one(task, "train", args.more_train, strategy, model, seed=args.seed + 1)
+    if args.history_only:
+        return
     runs: dict[str, dict[str, tuple[str, str]]] = {t: {} for t in tasks}
     # direct on the strongest model first (every verdict is against it), the other single models last
     plan = ([("direct", STRONGEST)] + [(s, None) for s in args.table]
@@ -349,6 +355,10 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--limit", type=int, default=20, help="@test examples per task (default 20)")
     ap.add_argument("--train", type=int, default=6, help="@train examples per task that auto learns from (default 6)")
+    ap.add_argument("--more-train", type=int, default=0, metavar="N",
+                    help="N more @train examples per task for the history, drawn with seed+1 (a shuffle of its own, "
+                         "so examples may repeat); the --train runs are kept as they are")
+    ap.add_argument("--history-only", action="store_true", help="run the @train history and stop")
     ap.add_argument("--tasks", default=",".join(TASKS), help="comma-separated BIG-bench tasks, or 'none'")
     ap.add_argument("--history", default=",".join(HISTORY),
                     help="strategies run on @train for auto's history, besides direct on each model")
