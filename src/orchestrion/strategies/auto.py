@@ -22,11 +22,12 @@ Choice (pure, in :func:`choose_arm`):
    tried twice counts once): its mean, a standard error, its mean compute units per episode, and a
    *pulled* mean, shrunk towards the arm's mean over all history by ``prior_weight`` pseudo
    episodes, so that a weak arm that was lucky on a few neighbours does not look strong. The best
-   arm has the highest pulled mean. An arm is *as good as the best* when its pulled mean is within
-   one standard error of the difference of the two (``hypot`` of their errors) of the best's, and, on the neighbours both ran, its mean difference from the
-   best is not below minus one standard error of that paired difference (arms that agree example by
-   example have a small paired error; an arm that loses examples the best wins has not). The
-   cheapest arm that is as good as the best is chosen (ties: the candidates' order).
+   arm has the highest pulled mean. An arm is *as good as the best* when its pulled mean is below
+   the best's by at most one standard error of the difference (``hypot`` of the two errors), and,
+   on the neighbours both ran, its mean difference from the best is not below minus one standard
+   error of that paired difference (arms that agree example by example have a small paired error;
+   an arm that loses examples the best wins has not). The cheapest arm that is as good as the best
+   is chosen (ties: the candidates' order).
 
 The choice, the reason, the neighbours and every arm's numbers are written on the episode (event
 ``auto_choice``, and ``meta.result.auto``), so ``orchestrion trace show`` explains it. This gives
