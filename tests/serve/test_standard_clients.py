@@ -3,8 +3,9 @@
 and trace id ride in ``system_fingerprint`` and headers, a failed episode is an error raised once
 (not retried), and a plain stream has no empty progress chunks unless asked for.
 
-LangChain and LiteLLM are not installed in this environment; these tests use the official
-openai SDK, which both build on (its default retries included), reading only standard fields.
+These tests use the official openai SDK, which LangChain and LiteLLM build on (its default retries
+included), reading only standard fields; ``test_langchain_client.py`` runs LangChain's ``ChatOpenAI``
+itself (LiteLLM, a large dependency, was tried by hand: see the README's clients table).
 """
 
 from __future__ import annotations
