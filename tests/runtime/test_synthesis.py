@@ -125,3 +125,42 @@ async def test_failed_calls_are_no_evidence_but_one_result_is(store: TraceStore)
     res = await solve("q", strategy="para", pool=Pool.from_models([ScriptedModel(reply, name="o")]),
                       tools=ToolRegistry([SlowTool(0.0, reply=lambda t: "7")]), store=store)
     assert res.answer == "Answer: 7" and "[R1]" in prompts[-1]
+
+
+def test_what_supports_an_answer() -> None:
+    from orchestrion.runtime.support import supported
+
+    assert supported("Answer: 97,180", ["calculator -> status=OK 97180.0"])
+    assert supported("Reasoning.\nAnswer: (A) 03/06/1973", ["(A)"])  # the option letter
+    assert supported("Answer: (A) 03/06/1973", ["the date is 03/06/1973"])  # the option's text
+    assert supported("Answer: apple, banana cherry", ["apple banana, cherry"])
+    assert not supported("Answer: (E) 03/05/1972", ["12/01/2026", "Traceback: NameError"])
+    assert not supported("Answer: 5", ["15 apples"]) and not supported("", ["x"])
+
+
+async def test_a_synthesis_no_result_supports_becomes_directs_answer(store: TraceStore) -> None:
+    """A program printed today's date for a question about 1973; the synthesizer picked an option no
+    result supports. The answer is direct's, and the trace says why."""
+    prompts: list[str] = []
+
+    def reply(messages: Any, config: Any) -> str:
+        if config.json_schema is not None:
+            decided = sum(1 for p in prompts if p == "decision")
+            prompts.append("decision")
+            return action([{"tool": "slow", "input": "x"}]) if decided == 0 else action([], True)
+        prompts.append(messages[-1]["content"])
+        return "Answer: (E) 03/05/1972" if "[R1]" in prompts[-1] else "Reasoning.\nAnswer: (A) 03/06/1973"
+
+    task = "Today is 3/5/1973. What is the date 24 hours later? (A) 03/06/1973 (E) 03/05/1972"
+    res = await solve(task, strategy="para", pool=Pool.from_models([ScriptedModel(reply, name="o")]),
+                      tools=ToolRegistry([SlowTool(0.0, reply=lambda t: "12/01/2026")]), store=store)
+    assert res.answer == "Reasoning.\nAnswer: (A) 03/06/1973" and prompts[-1].startswith("Answer the question below")
+    [event] = [e.data_value() for e in store.events(res.trace_id) if e.kind == "unsupported_answer"]
+    assert event == {"answer": "Answer: (E) 03/05/1972", "reason": "no result supports the synthesis"}
+    spans = [s.attrs_value() for s in store.spans(res.trace_id) if s.kind == "answer"]
+    assert spans[0]["supported"] is False and spans[1]["direct"] is True
+    # a result that supports the synthesis keeps it
+    prompts.clear()
+    res = await solve(task, strategy="para", pool=Pool.from_models([ScriptedModel(reply, name="o")]),
+                      tools=ToolRegistry([SlowTool(0.0, reply=lambda t: "(E)")]), store=store)
+    assert res.answer == "Answer: (E) 03/05/1972"

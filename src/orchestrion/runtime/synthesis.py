@@ -17,7 +17,11 @@ that ends without a synthesis gets one JSON-conforming synthesis from :func:`con
 No evidence, no harm (invariant 9): an episode none of whose tool or agent calls returned a
 result (``ctx.results`` is empty) is answered by :func:`answer_directly`, the ``direct``
 baseline's own prompt and decoding on the synthesizer model, so orchestrating that found
-nothing never answers worse than not orchestrating. An orchestrator's own final answer goes
+nothing never answers worse than not orchestrating. The same holds for a synthesis whose
+answer line no result supports (:func:`orchestrion.runtime.support.supported`): the synthesizer
+answered from its own knowledge, distracted by results that did not decide the task, so the
+answer is ``direct``'s instead (event ``unsupported_answer``; outside an answer channel only,
+because a streamed answer has already been sent). An orchestrator's own final answer goes
 through :func:`settle_answer`: kept when a result supports it, else synthesised from the
 results, else answered directly.
 """
@@ -32,11 +36,12 @@ from typing import Any
 import orjson
 
 from .._prompts import render
-from .._text import contains_phrase, extract_answer, extract_json
+from .._text import extract_json, marked_answer
 from ..models.structured import repair_messages, schema_prompt
 from ..models.types import Completion, GenerateConfig, Message, msg
 from .answer import AnswerChannel
 from .context import RunContext
+from .support import supported
 
 _CITE = re.compile(r"\[\s*R(\d+)\s*\]")
 _BARE = re.compile(r"^(?:answer:\s*)?R(\d+)\.?$", re.IGNORECASE)
@@ -214,13 +219,6 @@ async def _no_evidence_answer(task: str, ctx: RunContext, reason: str) -> str:
     return text
 
 
-def supported(answer: str, outputs: Sequence[str]) -> bool:
-    """Whether ``answer`` (its marked answer line, else the whole text) appears, normalised, in
-    one of ``outputs``: a result supports it."""
-    key = (extract_answer(answer) or answer).strip()
-    return bool(key) and any(contains_phrase(o, key) for o in outputs)
-
-
 async def settle_answer(task: str, answer: str, results: Sequence[str | Evidence], ctx: RunContext) -> str:
     """An orchestrator's own final answer (proactive's ``complete``), grounded like a synthesis:
     with no tool or agent result, the direct answer; kept when a result supports it; else
@@ -268,6 +266,13 @@ async def synthesize(task: str, results: Sequence[str | Evidence], ctx: RunConte
             span.set(cited=[f"R{n}" for n in cited], output=text)
         if live is not None and not live.finish(text, out.finish_reason):
             span.set(stream_mismatch=True)
+        unsupported = (direct_without_results and channel is None and ctx.results
+                       and marked_answer(text) is not None and not supported(text, ctx.results))
+        if unsupported:
+            span.set(supported=False)
+            ctx.tracer.event("unsupported_answer", {"answer": text[:500], "reason": "no result supports the synthesis"})
+    if unsupported:  # the synthesizer answered from its own knowledge, beside the results: direct does that better
+        return await _no_evidence_answer(task, ctx, "no result supports the synthesized answer")
     return text
 
 
