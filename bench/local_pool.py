@@ -119,8 +119,8 @@ async def _fresh(key: str, config: EvalConfig, factory: PoolFactory, store: Trac
 
     class Remember(Observer):
         def started(self, run_id: str, tally: Any, resumed: bool) -> None:
-            state[key] = run_id
-            state_path.write_text(json.dumps(state, indent=1))
+            state[key] = run_id  # merged into the file as it is now: another process may have added runs
+            state_path.write_text(json.dumps({**_load_state(state_path), key: run_id}, indent=1))
             print(f"[{key}] run {run_id}", file=sys.stderr)
 
     return await run_eval(config, store, pool=factory, observer=Remember())
@@ -372,6 +372,8 @@ async def main() -> None:
                     help="first compare state cache off/on on N episodes")
     ap.add_argument("--roles", type=int, default=0, metavar="N",
                     help="first compare orchestrator/synthesizer pairs on N episodes")
+    ap.add_argument("--state", type=Path, default=None,
+                    help="the run-id file (default OUT/state.json); a second process may use its own")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=Path("bench/out/local_pool"))
     args = ap.parse_args()
@@ -380,7 +382,7 @@ async def main() -> None:
     args.limit_for = {k: int(v) for k, _, v in (p.partition("=") for p in args.limit_for.split(",") if p)}
     args.out.mkdir(parents=True, exist_ok=True)
     store = TraceStore(args.out / "traces.db")
-    state_path = args.out / "state.json"
+    state_path = args.state or args.out / "state.json"
     state = _load_state(state_path)
     try:
         if args.kv_compare:
