@@ -103,7 +103,8 @@ async def _record(store: TraceStore) -> Episodes:
     orch = ScriptedModel(["I think we should add", PARA_ACTION, json.dumps({"thought": "t", "calls": [],
                                                                             "final": True}),
                           "answer: 4"], name="orch")
-    para = await solve("What is 2+2?", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([Slow(0.3)]),
+    slow = Slow(0.3, reply=lambda t: f"did {t}, 4")  # the 4 supports the synthesis (else direct answers again)
+    para = await solve("What is 2+2?", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]),
                        store=store, run_id="run-a")
     direct = await solve("What is 2+3?", strategy="direct", pool=Pool.from_models([ScriptedModel(["6"], name="m")]),
                          tools=ToolRegistry([]), store=store, run_id="run-a")
@@ -743,7 +744,7 @@ async def _record_pair(store: TraceStore) -> Pair:
         replies = [*(["I think we should add"] if invalid else []), action,
                    json.dumps({"thought": "t", "calls": [], "final": True}), "answer: 6"]
         return solve("What is 3+3?", strategy="para", pool=Pool.from_models([ScriptedModel(replies, name="orch")]),
-                     tools=ToolRegistry([Slow(0.05)]), store=store, run_id="run-b")
+                     tools=ToolRegistry([Slow(0.05, reply=lambda t: f"did {t}, 6")]), store=store, run_id="run-b")
 
     first, second = await para(["0", "1", "2"], True), await para(["0", "1", "9"], False)
     direct = await solve("What is 3+3?", strategy="direct", pool=Pool.from_models([ScriptedModel(["6"], name="m")]),
