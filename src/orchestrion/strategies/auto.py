@@ -10,8 +10,9 @@ it answered on (``meta.result.model``, for strategies that take a ``model`` opti
 
 Choice (pure, in :func:`choose_arm`):
 
-1. past task prompts are ranked by similarity to the new one (TF-IDF cosine, numbers as one
-   token, :func:`orchestrion.tools.nearest`); those under ``relative_similarity`` times the
+1. past task prompts are ranked by similarity to the new one (TF-IDF cosine over the words
+   at least two past prompts share, numbers as one token, :func:`orchestrion.tools.nearest`:
+   the words of one list to sort say nothing about the kind of task); those under ``relative_similarity`` times the
    nearest one's similarity are no neighbours (a task of another kind). Each arm is judged on
    the ``k`` nearest neighbours that *it* ran, so arms tried on different past tasks are each
    judged on their most similar ones;
@@ -136,7 +137,7 @@ def _ranked(query: str, history: Sequence[Outcome], candidates: Sequence[str],
             relative_similarity: float) -> list[tuple[str, float]]:
     """Every past prompt a candidate ran that is a neighbour of ``query``, most similar first."""
     prompts = list(dict.fromkeys(h.prompt for h in history if h.arm in candidates))
-    found = nearest(query, prompts, len(prompts))
+    found = nearest(query, prompts, len(prompts), min_df=2)  # the kind of task, not its particular words
     return [(prompts[i], s) for i, s in found if s >= relative_similarity * found[0][1]]
 
 

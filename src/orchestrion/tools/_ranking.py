@@ -63,19 +63,21 @@ class BM25:
 class TfIdf:
     """TF-IDF vectors (sublinear tf, smoothed idf, L2-normalised) of ``arithmetic`` tokens over a list of documents."""
 
-    def __init__(self, docs: Sequence[str]) -> None:
+    def __init__(self, docs: Sequence[str], *, min_df: int = 1) -> None:
         counts = [Counter(tokenize(d, arithmetic=True)) for d in docs]
         n = len(docs)
         df: Counter[str] = Counter()
         for c in counts:
             df.update(c.keys())
-        self._n = n
-        self.idf = {t: math.log((1 + n) / (1 + f)) + 1.0 for t, f in df.items()}
+        self._n, self._min_df = n, min_df
+        self.idf = {t: math.log((1 + n) / (1 + f)) + 1.0 for t, f in df.items() if f >= min_df}
         self.vectors = [self._vector(c) for c in counts]
 
     def _vector(self, counts: Mapping[str, int]) -> dict[str, float]:
-        unseen = math.log(1 + self._n) + 1.0  # idf of a term no document has
+        # idf of a term no document has (or, with min_df > 1, fewer than min_df have: such a term is left out)
+        unseen = math.log(1 + self._n) + 1.0 if self._min_df <= 1 else 0.0
         vec = {t: (1.0 + math.log(c)) * self.idf.get(t, unseen) for t, c in counts.items()}
+        vec = {t: w for t, w in vec.items() if w}
         norm = math.sqrt(sum(w * w for w in vec.values()))
         return {t: w / norm for t, w in vec.items()} if norm else {}
 
@@ -85,14 +87,16 @@ class TfIdf:
         return [sum(w * doc.get(t, 0.0) for t, w in q.items()) for doc in self.vectors]
 
 
-def nearest(query: str, docs: Sequence[str], k: int) -> list[tuple[int, float]]:
+def nearest(query: str, docs: Sequence[str], k: int, *, min_df: int = 1) -> list[tuple[int, float]]:
     """Indices and TF-IDF similarities of the ``k`` documents most similar to ``query``.
 
     Only documents with similarity > 0 are returned; equal similarities keep
-    document order.
+    document order. With ``min_df`` > 1, only terms that at least that many documents
+    share count: a word one past task alone has (a name, the words of a list to sort)
+    says nothing about which kind of task it is.
     """
     if not docs or k <= 0:
         return []
-    sims = TfIdf(docs).similarities(query)
+    sims = TfIdf(docs, min_df=min_df).similarities(query)
     ranked = sorted((i for i, s in enumerate(sims) if s > _TIE), key=lambda i: (-sims[i], i))
     return [(i, sims[i]) for i in ranked[:k]]
