@@ -13,6 +13,7 @@ from orchestrion.cli import app
 from orchestrion.models.types import Usage
 from orchestrion.status import EpisodeStatus
 from orchestrion.strategies.auto import Outcome, choose_arm
+from orchestrion.tools import nearest
 
 ARMS = ["direct:big", "program:big", "para", "direct:small"]
 SORT = "Sort the following words alphabetically: List: {}"
@@ -66,6 +67,24 @@ def test_a_weak_arm_lucky_on_a_few_neighbours_is_pulled_to_its_record() -> None:
     assert choose_arm(SORT.format("x y"), history, arms, prior_weight=0).arm == "direct:small"  # equal on sorting
     choice = choose_arm(SORT.format("x y"), history, arms)
     assert choice.arm == "direct:big" and choice.stats["direct:small"].pulled == pytest.approx((2 + 2 * 2 / 12) / 4)
+
+
+def test_the_words_of_one_task_do_not_split_its_kind() -> None:
+    """Sorting prompts share only their template; each has words of its own. Counted, those words
+    would leave one or two neighbours within the similarity cutoff; shared words only, all are."""
+    words = ["mustachio anyhow", "grapefruit mynah", "aberdeen swaziland", "viscosity kelly", "apache harangue",
+             "medusa haiti", "observation winkle", "meteoritic typic"]
+    history = [Outcome(SORT.format(w), arm, score, units) for w in words
+               for arm, score, units in (("program:big", 1.0, 3.0), ("direct:small", 0.0, 0.1))]
+    history += outcomes(COUNT, "direct:small", [1] * 8, 0.1) + outcomes(COUNT, "program:big", [0] * 8, 3.0)
+    choice = choose_arm(SORT.format("zebra quokka"), history, ["program:big", "direct:small"])
+    assert choice.arm == "program:big" and len(choice.neighbours) == 8
+    assert all(p.startswith("Sort") for p, _ in choice.neighbours)
+    docs = [SORT.format(w) for w in [*words, "zebra quokka"]]
+    every_word = nearest(SORT.format("zebra lemur"), docs, 9)
+    assert sum(s >= 0.8 * every_word[0][1] for _, s in every_word) == 1  # the one prompt with "zebra" in it
+    shared = nearest(SORT.format("zebra lemur"), docs, 9, min_df=2)
+    assert len(shared) == 9 and shared[0][1] == pytest.approx(shared[-1][1])  # all alike: the template
 
 
 def test_neighbours_decide_per_kind_of_task() -> None:
