@@ -261,7 +261,7 @@ def _verdict(diff: float, se: float, n: int) -> str:
         return "too few examples to judge"
     if diff >= 0 and diff > se:
         return f"above direct by more than 1 se ({diff:+.2f} ± {se:.2f})"
-    if diff >= -se:
+    if diff >= -se - 1e-9:  # equal counts as not below (a difference of -1/n with se 1/n is exactly -se)
         return f"not below direct minus 1 se ({diff:+.2f} ± {se:.2f})"
     return f"BELOW direct minus 1 se ({diff:+.2f} ± {se:.2f})"
 
