@@ -259,7 +259,7 @@ def _paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, int
 def _verdict(diff: float, se: float, n: int) -> str:
     if n < 2:
         return "too few examples to judge"
-    if diff >= 0 and diff > se:
+    if diff > se + 1e-9:  # strictly more than one se (float rounding aside)
         return f"above direct by more than 1 se ({diff:+.2f} ± {se:.2f})"
     if diff >= -se - 1e-9:  # equal counts as not below (a difference of -1/n with se 1/n is exactly -se)
         return f"not below direct minus 1 se ({diff:+.2f} ± {se:.2f})"
