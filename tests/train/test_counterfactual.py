@@ -59,7 +59,9 @@ def make_pool(spec: str) -> tuple[Pool, TokenModel]:
         if config.json_schema is not None:
             return spec
         text = messages[-1]["content"]
-        return text if text.startswith("A team worked") else worker("orch", text)  # the synthesis echoes its results
+        if text.startswith("A team worked"):  # the synthesis echoes its results (no answer line of its own)
+            return text.split("Results:\n", 1)[1].split("\n\nNow write", 1)[0]
+        return worker("orch", text)
 
     orch = TokenModel(orch_reply, name="orch")
     small = ScriptedModel(lambda m, c: worker("small", m[-1]["content"]), name="small")
