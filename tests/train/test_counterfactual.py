@@ -32,6 +32,7 @@ from orchestrion.train.counterfactual import (
     token_char_spans,
 )
 from orchestrion.train.rollouts import decision_rows
+from tests.helpers import echo_results
 from tests.train.test_rollouts import TokenModel, char_decode
 
 TASK = Task(prompt="What is 6*7?", id="cf")
@@ -59,9 +60,7 @@ def make_pool(spec: str) -> tuple[Pool, TokenModel]:
         if config.json_schema is not None:
             return spec
         text = messages[-1]["content"]
-        if text.startswith("A team worked"):  # the synthesis echoes its results (no answer line of its own)
-            return text.split("Results:\n", 1)[1].split("\n\nNow write", 1)[0]
-        return worker("orch", text)
+        return echo_results(text) if text.startswith("A team worked") else worker("orch", text)
 
     orch = TokenModel(orch_reply, name="orch")
     small = ScriptedModel(lambda m, c: worker("small", m[-1]["content"]), name="small")

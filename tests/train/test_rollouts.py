@@ -32,7 +32,7 @@ from orchestrion.train.rollouts import (
     scored_reward,
 )
 from orchestrion.train.settings import RolloutSettings
-from tests.helpers import LookupTool
+from tests.helpers import LookupTool, echo_results
 
 TASK = Task(prompt="What is 6*7?", id="t1")
 
@@ -57,7 +57,7 @@ def lookup(value: str) -> str:
 
 
 def para_model(pick: Callable[[GenerateConfig], str], name: str = "orch") -> TokenModel:
-    """Decisions (schema-constrained calls) look up ``pick(config)``; the synthesis echoes its prompt,
+    """Decisions (schema-constrained calls) look up ``pick(config)``; the synthesis echoes the results in its prompt,
     which holds the call results. ``model.seeds`` keeps the seed of every decision call."""
     seeds: list[int | None] = []
 
@@ -65,7 +65,7 @@ def para_model(pick: Callable[[GenerateConfig], str], name: str = "orch") -> Tok
         if config.json_schema is not None:
             seeds.append(config.seed)
             return lookup(pick(config))
-        return messages[-1]["content"]
+        return echo_results(messages[-1]["content"])
 
     model = TokenModel(reply, name=name)
     model.seeds = seeds  # type: ignore[attr-defined]
@@ -122,10 +122,8 @@ async def test_all_equal_group_is_dropped_and_gives_no_samples(store: TraceStore
 
 
 async def test_samples_skip_decisions_without_token_ids_and_filter_models(store: TraceStore) -> None:
-    plain = ScriptedModel(lambda m,
-                          c: lookup("42" if c.seed == decision_seed(0,
-                                                                    0) else "1") if c.json_schema else m[-1]["content"],
-                          name="plain")
+    plain = ScriptedModel(lambda m, c: lookup("42" if c.seed == decision_seed(0, 0) else "1") if c.json_schema
+                          else echo_results(m[-1]["content"]), name="plain")
     group = await collect_group(TASK, RolloutSettings(strategy="para", group=2, options=OPTS),
                                 pool=Pool.from_models([plain]), store=store, reward_fn=lambda r,
                                 t: _const(float(r.answer.count("42"))), tools=ToolRegistry([LookupTool()]))

@@ -20,7 +20,7 @@ from orchestrion import (
 from orchestrion.train.rollouts import decision_rows
 from orchestrion.train.settings import TreeSettings
 from orchestrion.train.tree import collect_tree, tree_samples
-from tests.helpers import LookupTool
+from tests.helpers import LookupTool, echo_results
 from tests.train.test_rollouts import TokenModel, char_decode, has_42, lookup
 
 TASK = Task(prompt="Find the number.", id="tree")
@@ -28,13 +28,13 @@ OPTS = {"max_rounds": 2}
 
 
 def queued(values: list[str]) -> TokenModel:
-    """Decisions look up the next value of ``values`` in call order; the synthesis echoes its prompt."""
+    """Decisions look up the next value of ``values`` in call order; the synthesis echoes the results in its prompt."""
     queue = list(values)
 
     def reply(messages: Sequence[Message], config: GenerateConfig) -> str:
         if config.json_schema is not None:
             return lookup(queue.pop(0))
-        return messages[-1]["content"]
+        return echo_results(messages[-1]["content"])
 
     return TokenModel(reply, name="orch")
 
