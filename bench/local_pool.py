@@ -43,6 +43,7 @@ from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
 from orchestrion.eval.summary import StrategySummary
 from orchestrion.models.pool import PoolConfig
 from orchestrion.models.presets import LOCAL_MODELS
+from orchestrion.strategies.auto import paired_difference
 from orchestrion.strategies.registry import get_strategy
 
 TASKS = [
@@ -244,18 +245,6 @@ def _scores(store: TraceStore, run_id: str, strategy: str) -> dict[str, float]:
     return {r["task_id"]: float(r["score"] or 0.0) for r in rows}
 
 
-def _paired(a: dict[str, float], b: dict[str, float]) -> tuple[float, float, int]:
-    """Mean of a - b over the examples both have, its standard error, and how many."""
-    common = sorted(set(a) & set(b))
-    n = len(common)
-    if n == 0:
-        return 0.0, math.inf, 0
-    d = [a[t] - b[t] for t in common]
-    mean = sum(d) / n
-    var = sum((x - mean) ** 2 for x in d) / (n - 1) if n > 1 else 0.0
-    return mean, math.sqrt(var / n), n
-
-
 def _verdict(diff: float, se: float, n: int) -> str:
     if n < 2:
         return "too few examples to judge"
@@ -323,7 +312,7 @@ def _report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]], args
                 rows.append(row)
                 units.setdefault(label, []).append(row["units"])
             if label != base_label and base:
-                diff, se, n = _paired(_scores(store, run_id, strategy), base)
+                diff, se, n = paired_difference(_scores(store, run_id, strategy), base)
                 diffs.setdefault(label, []).append((diff, se))
                 if strategy in ("auto", "para"):
                     verdicts.append(f"| {task} | {label} | {_verdict(diff, se, n)} |")
