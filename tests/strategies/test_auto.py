@@ -65,8 +65,9 @@ def test_a_weak_arm_lucky_on_a_few_neighbours_is_pulled_to_its_record() -> None:
                + outcomes(COUNT, "direct:big", [1] * 10, 1.0) + outcomes(COUNT, "direct:small", [0] * 10, 0.1))
     arms = ["direct:big", "direct:small"]
     assert choose_arm(SORT.format("x y"), history, arms, prior_weight=0).arm == "direct:small"  # equal on sorting
-    choice = choose_arm(SORT.format("x y"), history, arms)
+    choice = choose_arm(SORT.format("x y"), history, arms, prior_weight=2)
     assert choice.arm == "direct:big" and choice.stats["direct:small"].pulled == pytest.approx((2 + 2 * 2 / 12) / 4)
+    assert choose_arm(SORT.format("x y"), history, arms).arm == "direct:big"  # the default pulls harder
 
 
 def test_the_words_of_one_task_do_not_split_its_kind() -> None:

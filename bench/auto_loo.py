@@ -1,0 +1,78 @@
+"""Choose ``auto``'s ``k`` and ``prior_weight`` by leave-one-out on the ``@train`` history.
+
+For every past ``@train`` prompt that each candidate arm ran, ``auto``'s rule
+(:func:`orchestrion.strategies.auto.choose_arm`) picks an arm from the history *without that
+prompt's episodes*; the chosen arm's own score on that prompt is what ``auto`` would have got.
+Per task, it prints the paired difference from the first arm (``direct`` on the 1.5B model by
+default) with its standard error, the tasks where it falls more than one se below, and the
+mean over tasks, for every setting of the grid. Only ``@train`` episodes are read (the split
+filter is in the SQL), so the ``@test`` table stays untouched by the choice.
+
+Run from the repository root, after ``bench/local_pool.py`` has built the history::
+
+    .venv/bin/python bench/auto_loo.py --k 8,12 --prior-weight 2,6,10
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+from orchestrion import TraceStore
+from orchestrion.strategies.auto import Outcome, choose_arm, paired_difference, parse_outcomes
+
+ARMS = "direct:qwen2.5-coder-1.5b,program:qwen2.5-coder-1.5b,direct:smollm2-135m,direct:qwen2.5-coder-0.5b"
+
+
+def task_name(task_id: str) -> str:
+    """``arithmetic/2_digit_division/17`` -> ``arithmetic/2_digit_division``."""
+    return task_id.rsplit("/", 1)[0]
+
+
+def leave_one_out(history: list[Outcome], tasks: dict[str, str], arms: list[str], k: int,
+                  prior_weight: float) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
+    """Per task: what auto scored on each prompt, and what the first arm scored there."""
+    scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for h in history:
+        scores[h.prompt][h.arm].append(h.score)
+    out: dict[str, tuple[dict[str, float], dict[str, float]]] = defaultdict(lambda: ({}, {}))
+    for prompt, by_arm in scores.items():
+        if not all(a in by_arm for a in arms):
+            continue  # judged only where every arm has a score to fall back on
+        rest = [h for h in history if h.prompt != prompt]
+        arm = choose_arm(prompt, rest, arms, k=k, prior_weight=prior_weight).arm
+        got, base = out[tasks[prompt]]
+        got[prompt] = sum(by_arm[arm]) / len(by_arm[arm])
+        base[prompt] = sum(by_arm[arms[0]]) / len(by_arm[arms[0]])
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", type=Path, default=Path("bench/out/local_pool/traces.db"))
+    ap.add_argument("--arms", default=ARMS, help="candidate arms in preference order; the first is the baseline")
+    ap.add_argument("--k", default="8,12", help="neighbour counts to try, comma-separated")
+    ap.add_argument("--prior-weight", default="2,6,10", help="prior weights to try, comma-separated")
+    args = ap.parse_args()
+    if not args.db.exists():
+        sys.exit(f"{args.db}: no trace database; build the history first with bench/local_pool.py --history-only")
+    arms = args.arms.split(",")
+    rows = TraceStore(args.db).scored_history(10**6, "train")
+    tasks = {r.task_value()["prompt"]: task_name(r.task_id or "?") for r in rows if isinstance(r.task_value(), dict)}
+    history = [h for h in parse_outcomes(rows) if h.arm in arms]
+    print(f"{len(history)} @train outcomes of {len(arms)} arms over {len(set(tasks.values()))} tasks", file=sys.stderr)
+    print("| k | prior_weight | mean difference | tasks below -1 se | per task |\n|---|---|---|---|---|")
+    for k in (int(x) for x in args.k.split(",")):
+        for pw in (float(x) for x in args.prior_weight.split(",")):
+            per_task = leave_one_out(history, tasks, arms, k, pw)
+            diffs = {t: paired_difference(got, base) for t, (got, base) in sorted(per_task.items())}
+            below = [t for t, (d, se, _) in diffs.items() if d < -se - 1e-9]
+            mean = sum(d for d, _, _ in diffs.values()) / max(1, len(diffs))
+            cells = ", ".join(f"{t.split('/')[-1]} {d:+.2f} ± {se:.2f}" for t, (d, se, _) in diffs.items())
+            print(f"| {k} | {pw:g} | {mean:+.3f} | {len(below)} | {cells} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
