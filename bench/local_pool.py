@@ -12,8 +12,9 @@ with its standard error and compute-unit ratio, and a per-task verdict for ``aut
 Every run goes to one trace database; the script keeps
 the run ids in ``OUT/state.json`` and, when started again, finishes unfinished runs
 (``orchestrion eval --resume`` underneath) and skips finished ones, so a long table can
-be built in parts. It prints markdown tables (per task, and averaged over tasks) and
-writes ``OUT/accuracy_cost.png``.
+be built in parts. A larger ``--limit`` or ``--limit-for`` later extends the smaller run of the
+same sample (``orchestrion eval --resume RUN --limit N``): only the new examples run. It prints
+markdown tables (per task, and averaged over tasks) and writes ``OUT/accuracy_cost.png``.
 
 ``--kv-compare N`` first runs ``para`` on N 3-digit products twice in the same process:
 with each model's prompt-state cache off (``state_cache: 0``: reuse only the previous
@@ -34,6 +35,7 @@ import argparse
 import asyncio
 import json
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -60,6 +62,8 @@ TABLE = ["auto", "program", "para", "cot"]
 # bounded so that one slow episode cannot eat the run; a stop is recorded as budget_exceeded
 BUDGET = {"wall_s": 300}
 OPTIONS: dict[str, Any] = {"max_rounds": 4}
+# a state key: split/task/strategy@model/limit, then /seedN for a sample of another seed
+KEY = re.compile(r"^(?P<head>.+@[^/]+)/(?P<limit>\d+)(?P<tail>(/seed\d+)?)$")
 
 
 def _options(names: list[str]) -> dict[str, Any]:
@@ -106,11 +110,27 @@ async def _run(key: str, config: EvalConfig, factory: PoolFactory, store: TraceS
             return run_id
         print(f"[{key}] resuming run {run_id}", file=sys.stderr)
         result = await run_eval(config, store, resume=run_id, pool=factory)
+    elif (smaller := _smaller_run(key, state)) is not None:  # its examples are the head of this sample
+        print(f"[{key}] extending run {smaller} to {config.limit} examples", file=sys.stderr)
+        state[key] = smaller
+        state_path.write_text(json.dumps({**_load_state(state_path), key: smaller}, indent=1))
+        result = await run_eval(config, store, resume=smaller, pool=factory, extend_to=config.limit)
     else:
         started = time.perf_counter()
         result = await _fresh(key, config, factory, store, state, state_path)
         print(f"[{key}] {result.total} episodes in {time.perf_counter() - started:.0f}s", file=sys.stderr)
     return result.run_id
+
+
+def _smaller_run(key: str, state: dict[str, str]) -> str | None:
+    """The run of the same split, task, strategy, model and seed with the most examples under
+    ``key``'s limit, if any (``test/word_sorting/para@local/10`` for ``.../para@local/20``)."""
+    match = KEY.match(key)
+    if match is None:
+        return None
+    found = [(int(m["limit"]), run_id) for k, run_id in state.items() if (m := KEY.match(k)) is not None
+             and (m["head"], m["tail"]) == (match["head"], match["tail"]) and int(m["limit"]) < int(match["limit"])]
+    return max(found)[1] if found else None
 
 
 async def _fresh(key: str, config: EvalConfig, factory: PoolFactory, store: TraceStore, state: dict[str, str],
@@ -354,7 +374,8 @@ async def main() -> None:
     ap.add_argument("--table", default=",".join(TABLE), help="strategies of the @test table, besides direct "
                                                               "on each model, in the order they run")
     ap.add_argument("--limit-for", default="", metavar="STRATEGY=N,...",
-                    help="fewer @test examples for slow strategies, e.g. para=10 (the first N of the same sample)")
+                    help="fewer @test examples for slow strategies, e.g. para=10 (the first N of the same sample; "
+                         "a larger N later extends that run)")
     ap.add_argument("--report-only", action="store_true",
                     help="print the tables from what has run so far (e.g. while a run is still going); run nothing")
     ap.add_argument("--kv-compare", type=int, default=0, metavar="N",

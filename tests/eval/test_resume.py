@@ -98,6 +98,40 @@ async def test_cancel_then_resume_in_process(tmp_path: Path, store: TraceStore) 
     assert len(store.query("SELECT id FROM episodes WHERE run_id = ?", (run_id,))) == len(after)
 
 
+async def test_a_finished_run_extends_to_a_larger_sample(tmp_path: Path, store: TraceStore) -> None:
+    """--resume RUN --limit N: the first examples keep their episodes, only the new ones run."""
+    data = write_jsonl(tmp_path / "d.jsonl")
+
+    def pool() -> Pool:
+        return Pool.from_models([ScriptedModel(["Answer: 4"], name="m")])
+
+    small = await run_eval(EvalConfig(dataset=str(data), strategies=["direct"], limit=3, seed=5), store, pool=pool)
+    first = store.query("SELECT id, task_id FROM episodes WHERE run_id = ?", (small.run_id,))
+    grown = await run_eval(EvalConfig(dataset="ignored", strategies=["x"]), store, resume=small.run_id,
+                           pool=pool, extend_to=6)
+    assert grown.run_id == small.run_id and (grown.skipped, grown.ran) == (3, 3)
+    fresh = await run_eval(EvalConfig(dataset=str(data), strategies=["direct"], limit=6, seed=5), store, pool=pool)
+    def config_of(run_id: str) -> dict[str, Any]:
+        return dict(json.loads(store.query("SELECT config FROM runs WHERE id = ?", (run_id,))[0]["config"]))
+
+    stored, fresh_ids = config_of(small.run_id), config_of(fresh.run_id)["task_ids"]
+    assert stored["limit"] == 6 and stored["task_ids"] == fresh_ids  # the same six a new run would draw
+    after = store.query("SELECT id, task_id FROM episodes WHERE run_id = ?", (small.run_id,))
+    assert all(row in after for row in first) and sorted(r["task_id"] for r in after) == sorted(fresh_ids)
+    from orchestrion import ConfigError
+
+    with pytest.raises(ConfigError, match="must be larger"):
+        await run_eval(EvalConfig(dataset="x", strategies=["direct"]), store, resume=small.run_id, extend_to=6)
+    with pytest.raises(ConfigError, match="use it with --resume"):
+        await run_eval(EvalConfig(dataset=str(data), strategies=["direct"]), store, extend_to=6)
+    other = tmp_path / "other.jsonl"  # a different file whose first examples are not the run's
+    other.write_text("".join(json.dumps({**r, "id": "x" + r["id"]}) + "\n" for r in ROWS), encoding="utf-8")
+    changed = await run_eval(EvalConfig(dataset=str(other), strategies=["direct"], limit=2, seed=5), store, pool=pool)
+    write_jsonl(other)
+    with pytest.raises(ConfigError, match="not the first 2"):
+        await run_eval(EvalConfig(dataset="x", strategies=["direct"]), store, resume=changed.run_id, extend_to=4)
+
+
 async def test_resume_refuses_a_dataset_that_changed(tmp_path: Path, store: TraceStore) -> None:
     data = write_jsonl(tmp_path / "d.jsonl")
     run = await run_eval(EvalConfig(dataset=str(data), strategies=["direct"]), store,

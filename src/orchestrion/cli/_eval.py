@@ -78,7 +78,8 @@ def register(app: typer.Typer) -> None:
         strategies: Annotated[str | None, typer.Option(
             "--strategies", "-s", help="comma-separated strategy names [default: direct]")] = None,
         limit: Annotated[int | None, typer.Option(
-            "--limit", min=1, help="first N tasks (after shuffling with --seed)")] = None,
+            "--limit", min=1,
+            help="first N tasks (after shuffling with --seed); with --resume, a larger N extends the run")] = None,
         epochs: Annotated[int | None, typer.Option(
             "--epochs", min=1, help="runs per task and strategy [default: 1]")] = None,
         concurrency: Annotated[int | None, typer.Option(
@@ -105,7 +106,7 @@ def register(app: typer.Typer) -> None:
         """Evaluate strategies on a dataset: tasks x strategies x epochs, scored and traced, resumable."""
         store = TraceStore(db)
         if resume is not None:
-            fixed = {"--dataset": dataset, "--strategies": strategies, "--limit": limit, "--epochs": epochs,
+            fixed = {"--dataset": dataset, "--strategies": strategies, "--epochs": epochs,
                      "--pool": pool, "--orchestrator-adapter": adapter, "--seed": seed, "--budget": budget,
                      "--set": settings}
             ignored = [name for name, value in fixed.items() if value not in (None, [])]
@@ -152,7 +153,7 @@ def register(app: typer.Typer) -> None:
             loop.add_signal_handler(signal.SIGINT, on_sigint)
             try:
                 return await run_eval(config, store, resume=resume, executor=runner, observer=observer,
-                                      retry_errors=retry_errors)
+                                      retry_errors=retry_errors, extend_to=limit if resume is not None else None)
             finally:
                 loop.remove_signal_handler(signal.SIGINT)
 

@@ -146,6 +146,26 @@ def resume_config(store: TraceStore, run_id: str) -> tuple[str, EvalConfig]:
         raise ConfigError(f"run {info['id']}: its stored config is not readable ({str(exc).splitlines()[0]})") from None
 
 
+def _extended(config: EvalConfig, limit: int, run_id: str) -> EvalConfig:
+    """The run's config with a larger ``limit`` (checked against the tasks when the run starts)."""
+    if config.limit is None or limit <= config.limit:
+        has = "every example" if config.limit is None else f"{config.limit} examples"
+        raise ConfigError(f"run {run_id} already has {has}; --limit with --resume must be larger to extend it")
+    return config.model_copy(update={"limit": limit})
+
+
+def _store_extension(store: TraceStore, run_id: str, config: EvalConfig, ids: list[str]) -> EvalConfig:
+    """Record the larger sample on the run, once its old examples are checked to be the sample's head."""
+    old = config.task_ids
+    if old and ids[:len(old)] != old:
+        raise ConfigError(f"run {run_id}: its {len(old)} examples are not the first {len(old)} of the "
+                          f"{len(ids)} that --limit {config.limit} gives now (dataset {config.dataset} changed?); "
+                          f"start a new run instead")
+    config = config.model_copy(update={"task_ids": ids})
+    store.set_run_config(run_id, config.model_dump())
+    return config
+
+
 def _mark_interrupted(store: TraceStore, run_id: str) -> None:
     """Unfinished or cancelled episodes of the run become ``interrupted`` (kept, never counted)."""
     store.mark_interrupted(run_id)
@@ -182,19 +202,26 @@ async def run_eval(
     executor: Executor | None = None,
     observer: Observer | None = None,
     retry_errors: bool = False,
+    extend_to: int | None = None,
 ) -> EvalRun:
     """Run (or, with ``resume`` = a run id, finish) an evaluation; every episode goes to ``store``.
 
     ``config`` is ignored when resuming (the run's stored config is used). ``pool``
     overrides the pool the config names (tests pass a scripted one); ``executor``
     overrides ``config.executor``. ``retry_errors`` (with ``resume``): episodes that ended in
-    ``error`` are marked ``retried`` (kept, no longer counted) and run again.
+    ``error`` are marked ``retried`` (kept, no longer counted) and run again. ``extend_to`` (with
+    ``resume``): a larger ``limit`` for the run, finished or not; the examples it already has must
+    be the first ones of the larger sample (same dataset and seed), and only the new ones run.
     """
     if retry_errors and resume is None:
         raise ConfigError("--retry-errors re-runs the failed episodes of an earlier run: use it with --resume RUN_ID")
     watcher = observer or Observer()
+    if extend_to is not None and resume is None:
+        raise ConfigError("--limit with a run to extend: use it with --resume RUN_ID")
     if resume is not None:
         run_id, config = resume_config(store, resume)
+        if extend_to is not None:
+            config = _extended(config, extend_to, run_id)
     check_strategies(config.strategies, config.options)
     Budget.model_validate(config.budget)  # a bad budget fails before anything starts
     tasks, scorer, kind = load_tasks(config)
@@ -203,6 +230,8 @@ async def run_eval(
                                              ray_address=config.ray_address)
     run_id = new_id() if resume is None else run_id
     with run_lock(store.path, run_id):  # a second process on this run stops here, naming the holder
+        if extend_to is not None:
+            config = _store_extension(store, run_id, config, [t.id or "" for t in tasks])
         if retry_errors:
             store.mark_retried(run_id)
         return await _run_locked(config, store, run_id, resume is not None, tasks, scorer, kind, pool_factory,

@@ -57,6 +57,10 @@ class TraceQueries:
     def set_run_status(self, run_id: str, status: RunStatus) -> None:
         self.submit("UPDATE runs SET status = ? WHERE id = ?", (status, run_id))
 
+    def set_run_config(self, run_id: str, config: Any) -> None:
+        """Replace a run's stored config (an eval run extended to more examples)."""
+        self.submit("UPDATE runs SET config = ? WHERE id = ?", (dumps(config), run_id))
+
     def runs_matching(self, id_or_prefix: str) -> list[RunRow]:
         """The runs whose id is ``id_or_prefix`` or starts with it (``config`` as stored), by id."""
         return [RunRow.of(r) for r in self.query("SELECT * FROM runs WHERE id = ? OR id LIKE ? ORDER BY id",
