@@ -20,8 +20,10 @@ Rows: the student before training, after SFT, GRPO and OPOD; the teacher; ``dire
 pool model. Columns: accuracy (mean ± sd over seeds), valid-action rate (decision attempts
 that parsed), orchestrator tokens and seconds per episode (decision spans only), and compute
 units and dollars per episode (compute units: tokens / 1000 x each model's tier, plus the tools'
-units; dollars: local models priced by CPU time). Writes ``OUT/learning.md`` and
-``OUT/learning.png``.
+units; dollars: local models priced by CPU time). Verdicts, paired by seed: GRPO and OPOD
+against SFT per task and on the held-out tasks together, and each trained student against the
+teacher; a gain is an accuracy gain beyond the spread over seeds, or equal accuracy at 25% or more
+fewer compute units. Writes ``OUT/learning.md`` and ``OUT/learning.png``.
 
     .venv/bin/python bench/learning.py --quick     # one task, held out only, one seed, SFT only: <15 min
     .venv/bin/python bench/learning.py             # the default size (see SIZES)
@@ -302,38 +304,77 @@ def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
 
 def task_accuracy(bench: Bench, row: str, dataset: str) -> dict[int, float]:
     """Accuracy of one row on one dataset, per seed that has a run."""
+    return seed_metric(bench, row, [dataset], "accuracy")
+
+
+def seed_metric(bench: Bench, row: str, datasets: list[str], key: str) -> dict[int, float]:
+    """Per seed that has a finished run on every one of ``datasets``: the mean of metric ``key``
+    over them (accuracy, units, orch_s ...)."""
     out = {}
     for seed in bench.size["seeds"]:
-        run = bench.state.get(f"eval:{row}:{dataset}:{seed}")
-        metrics = bench.metrics(str(run)) if run else None
-        if metrics and metrics["n"]:
-            out[seed] = float(metrics["accuracy"] or 0.0)
+        runs = [bench.state.get(f"eval:{row}:{d}:{seed}") for d in datasets]
+        metrics = [bench.metrics(str(r)) for r in runs if r]
+        if len(metrics) == len(datasets) and all(m["n"] for m in metrics):
+            out[seed] = statistics.mean(float(m[key] or 0.0) for m in metrics)
     return out
 
 
+def compare(bench: Bench, row: str, base_row: str, datasets: list[str]) -> str | None:
+    """``row`` against ``base_row`` on ``datasets``, paired by seed: the accuracy difference (mean ±
+    sd over seeds), the compute-unit and orchestrator-time ratios, and the verdict. A gain is an
+    accuracy gain beyond the spread (mean > sd and > 0), or equal accuracy (mean >= -sd) at 25% or
+    more fewer compute units."""
+    acc, base = seed_metric(bench, row, datasets, "accuracy"), seed_metric(bench, base_row, datasets, "accuracy")
+    seeds = sorted(set(acc) & set(base))
+    if not seeds:
+        return None
+    diffs = [acc[k] - base[k] for k in seeds]
+    mean, sd = statistics.mean(diffs), statistics.stdev(diffs) if len(diffs) > 1 else 0.0
+
+    def ratio(key: str) -> float | None:
+        mine, theirs = seed_metric(bench, row, datasets, key), seed_metric(bench, base_row, datasets, key)
+        num, den = sum(mine.get(k, 0.0) for k in seeds), sum(theirs.get(k, 0.0) for k in seeds)
+        return num / den if den > 0 else None
+
+    units, orch = ratio("units"), ratio("orch_s")
+    if len(diffs) < 2:
+        verdict = "one seed, no spread to judge it by"
+    elif mean > 0 and mean > sd:
+        verdict = "a gain beyond the spread"
+    elif mean >= -sd and units is not None and units <= 0.75:
+        verdict = f"a gain: equal accuracy at {1 - units:.0%} fewer compute units"
+    elif mean < -sd:
+        verdict = "a loss beyond the spread"
+    else:
+        verdict = "no gain beyond the spread"
+    cost = "" if units is None else f", compute units x{units:.2f}"
+    cost += "" if orch is None else f", orchestrator time x{orch:.2f}"
+    return f"{mean:+.2f} ± {sd:.2f} over {len(diffs)} seed(s){cost}: {verdict}"
+
+
 def verdicts(bench: Bench) -> list[str]:
-    """For GRPO and OPOD on each task: the gain over SFT, paired by seed, and whether it is beyond
-    the spread (mean paired difference greater than its sd over seeds, and greater than 0)."""
-    lines = ["\n**Gain over SFT per task** (mean over seeds of method - SFT on the same examples; "
-             "'beyond the spread' = mean > sd of the paired differences and > 0)\n"]
+    """GRPO and OPOD against SFT (per task, and on the held-out set as a whole), and each trained
+    student against the teacher, all paired by seed (see :func:`compare`)."""
+    lines = ["\n**Gain over SFT** (paired by seed: method - SFT on the same examples, mean ± sd over seeds; "
+             "a gain = mean > sd and > 0, or mean >= -sd at >= 25% fewer compute units)\n"]
+    held_out = [d for d, g in bench.datasets() if g == "held-out"]
     for method in ("grpo", "opod"):
         if not bench.state.get(f"adapter:{method}"):
             lines.append(f"- {method.upper()}: not trained")
             continue
+        if len(held_out) > 1 and (line := compare(bench, f"student:{method}", "student:sft", held_out)):
+            lines.append(f"- {method.upper()} on the held-out set ({len(held_out)} tasks): {line}")
         for dataset, group in bench.datasets():
-            base = task_accuracy(bench, "student:sft", dataset)
-            after = task_accuracy(bench, f"student:{method}", dataset)
-            diffs = [after[k] - base[k] for k in sorted(set(base) & set(after))]
-            if not diffs:
-                continue
-            mean = statistics.mean(diffs)
-            sd = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
-            if len(diffs) < 2:
-                verdict = "one seed, no spread to judge it by"
-            else:
-                verdict = "a gain beyond the spread" if mean > 0 and mean > sd else "no gain beyond the spread"
-            lines.append(f"- {method.upper()} on {dataset.split(':', 1)[1]} ({group}): {mean:+.2f} ± {sd:.2f} over "
-                         f"{len(diffs)} seed(s): {verdict}")
+            if line := compare(bench, f"student:{method}", "student:sft", [dataset]):
+                lines.append(f"- {method.upper()} on {dataset.split(':', 1)[1]} ({group}): {line}")
+    lines.append("\n**Student against the teacher** (the 1.5B orchestrator; same pairing and rule)\n")
+    for method in bench.size["methods"]:
+        if not bench.state.get(f"adapter:{method}"):
+            continue
+        for group in ("held-out", "unseen task"):
+            sets = [d for d, g in bench.datasets() if g == group]
+            if sets and (line := compare(bench, f"student:{method}", "teacher", sets)):
+                lines.append(f"- student after {method.upper()}, {group} ({len(sets)} task(s)): {line}")
     return lines
 
 

@@ -1,0 +1,75 @@
+"""bench/learning.py's verdicts: gains in accuracy beyond the seed spread, or equal accuracy at
+25% fewer compute units, paired by seed; and the student against the teacher."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+from typing import Any
+
+import pytest
+
+
+def _learning() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "bench" / "learning.py"
+    spec = importlib.util.spec_from_file_location("bench_learning", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_learning"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+learning = _learning()
+HELD, UNSEEN = "bigbench:a@test", "bigbench:u@test"
+Metrics = dict[tuple[str, str, int], dict[str, float]]  # (row, dataset, seed) -> a run's metrics
+
+
+def bench(metrics: Metrics, methods: list[str]) -> Any:
+    """A Bench stand-in: its state names one run per (row, dataset, seed), its metrics are given."""
+    state: dict[str, Any] = {f"adapter:{m}": "x" for m in methods}
+    state |= {f"eval:{row}:{d}:{seed}": f"{row}|{d}|{seed}" for row, d, seed in metrics}
+    by_run = {f"{row}|{d}|{seed}": {"n": 3.0, **m} for (row, d, seed), m in metrics.items()}
+    return SimpleNamespace(size={"seeds": [1, 2, 3], "methods": methods}, state=state,
+                           metrics=lambda run: by_run[run],
+                           datasets=lambda: [(HELD, "held-out"), (UNSEEN, "unseen task")])
+
+
+def rows(row: str, accs: list[float], units: float, orch_s: float = 1.0) -> Metrics:
+    return {(row, d, seed): {"accuracy": acc, "units": units, "orch_s": orch_s}
+            for d in (HELD, UNSEEN) for seed, acc in zip((1, 2, 3), accs, strict=True)}
+
+
+@pytest.mark.parametrize(("accs", "units", "verdict"), [
+    ([0.7, 0.8, 0.6], 10.0, "a gain beyond the spread"),           # +0.2 every seed
+    ([0.5, 0.6, 0.4], 7.0, "a gain: equal accuracy at 30% fewer compute units"),
+    ([0.5, 0.6, 0.4], 8.0, "no gain beyond the spread"),            # 20% fewer is not enough
+    ([0.3, 0.4, 0.2], 5.0, "a loss beyond the spread"),             # cheaper but worse
+])
+def test_a_method_against_sft(accs: list[float], units: float, verdict: str) -> None:
+    b = bench(rows("student:sft", [0.5, 0.6, 0.4], 10.0) | rows("student:grpo", accs, units), ["sft", "grpo"])
+    line = learning.compare(b, "student:grpo", "student:sft", [HELD])
+    assert line is not None and line.endswith(verdict), line
+    assert f"compute units x{units / 10:.2f}" in line
+
+
+def test_verdicts_cover_the_held_out_set_and_the_teacher() -> None:
+    b = bench(rows("student:sft", [0.5, 0.6, 0.4], 10.0, 2.0) | rows("student:grpo", [0.7, 0.8, 0.6], 10.0, 2.0)
+              | rows("teacher", [0.6, 0.7, 0.5], 20.0, 8.0), ["sft", "grpo", "opod"])
+    b.state.pop("adapter:opod")
+    text = "\n".join(learning.verdicts(b))
+    assert "- OPOD: not trained" in text
+    assert "GRPO on a@test (held-out): +0.20 ± 0.00 over 3 seed(s)" in text
+    assert "student after GRPO, held-out (1 task(s)): +0.10 ± 0.00 over 3 seed(s), compute units x0.50, " \
+           "orchestrator time x0.25: a gain beyond the spread" in text
+    assert "student after SFT, unseen task (1 task(s)): -0.10 ± 0.00 over 3 seed(s), compute units x0.50, " \
+           "orchestrator time x0.25: a loss beyond the spread" in text
+
+
+def test_a_seed_without_a_finished_run_is_not_paired() -> None:
+    metrics = rows("student:sft", [0.5, 0.6, 0.4], 10.0) | rows("student:grpo", [0.9, 0.9, 0.9], 10.0)
+    del metrics[("student:grpo", HELD, 3)]
+    line = learning.compare(bench(metrics, ["sft", "grpo"]), "student:grpo", "student:sft", [HELD])
+    assert line is not None and "over 2 seed(s)" in line
