@@ -120,6 +120,24 @@ def test_ids_unique_stable_and_limit_seed_deterministic(bb_root: Path) -> None:
     assert all(same[t.id].prompt == t.prompt for t in load_dataset("bigbench:navigate", limit=10, seed=7).tasks)
 
 
+def test_a_mixture_interleaves_its_parts_and_scores_each_by_its_own_answers(bb_root: Path) -> None:
+    spec = "bigbench:arithmetic/3_digit_multiplication@train+bigbench:sports_understanding@train"
+    mix = load_dataset(spec, limit=6, seed=7)
+    assert mix.kind == "mix" and mix.split == "train" and len(mix.tasks) == 6
+    names = [t.metadata["task"] for t in mix.tasks]
+    assert names == ["arithmetic/3_digit_multiplication", "sports_understanding"] * 3  # one of each in turn
+    products = load_dataset("bigbench:arithmetic/3_digit_multiplication@train", seed=7).tasks
+    assert [t.id for t in mix.tasks[::2]] == [t.id for t in products[:3]]  # each part shuffled on its own
+    assert [t.id for t in load_dataset(spec, limit=10, seed=7).tasks][:6] == [t.id for t in mix.tasks]
+    product, sport = mix.tasks[0], mix.tasks[1]
+    scorer = AutoScorer()
+    assert asyncio.run(scorer(product, f"Answer: {product.answer}")).correct
+    assert sport.choices and asyncio.run(scorer(sport, f"Answer: {sport.answer}")).correct
+    assert not asyncio.run(scorer(sport, f"Answer: {product.answer}")).correct
+    with pytest.raises(ConfigError, match="empty part"):
+        load_dataset("bigbench:navigate+ ")
+
+
 def test_bigbench_by_path(bb_root: Path, tmp_path: Path) -> None:
     path = bb_root / "navigate" / "task.json"
     ds = load_dataset(f"bigbench:{path}", limit=2)

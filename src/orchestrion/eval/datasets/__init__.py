@@ -5,6 +5,11 @@
 in ``.jsonl``. Task ids are stable across loads; ``limit`` keeps the first N
 (after a seeded shuffle when ``seed`` is given).
 
+Specs joined by ``+`` make a mixture (``bigbench:a@train+bigbench:b@train``): each part is
+shuffled on its own (with ``seed``), then the parts are interleaved one example at a time, so
+the first N of a mixture cover its parts evenly; every task keeps its own answer and choices, and
+the one scorer grades each by them.
+
 A spec may end in ``@train`` or ``@test`` to select one side of a fixed split by example id:
 a task is on the train side when a hash of its id falls in the first :data:`TRAIN_SHARE` of the
 range. The split depends on nothing but the id (not on order, limit or seed), so examples used to
@@ -15,6 +20,7 @@ train an orchestrator and examples used to evaluate it are disjoint by construct
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -40,7 +46,7 @@ __all__ = [
 ]
 
 SPEC_HELP = ("bigbench:TASK[/SUBTASK], bigbench:/path/task.json, humaneval, jsonl:PATH or a .jsonl path, "
-             "optionally ending in @train or @test")
+             "optionally ending in @train or @test; several joined by + make a mixture")
 SPLITS = ("train", "test")
 TRAIN_SHARE = 0.7  # of each dataset's examples, by id hash
 
@@ -88,6 +94,9 @@ def _select(tasks: list[Task], limit: int | None, seed: int | None) -> list[Task
 
 def load_dataset(spec: str, *, limit: int | None = None, seed: int | None = None) -> Dataset:
     """Load the tasks ``spec`` names, with the scorer that grades them."""
+    parts = [p.strip() for p in spec.split("+")]
+    if len(parts) > 1 and not Path(spec.strip()).expanduser().is_file():  # a file may have + in its name
+        return _mixture(spec, parts, limit, seed)
     full = spec
     spec, split = _split_spec(spec)
     kind, _, ref = spec.strip().partition(":")
@@ -105,6 +114,17 @@ def load_dataset(spec: str, *, limit: int | None = None, seed: int | None = None
         tasks = [t.model_copy(update={"metadata": {**t.metadata, "split": split}})
                  for t in tasks if split_of(t.id or t.prompt) == split]
     return Dataset(name=full, kind=kind, tasks=_select(tasks, limit, seed), scorer=AutoScorer(), split=split)
+
+
+def _mixture(spec: str, parts: list[str], limit: int | None, seed: int | None) -> Dataset:
+    """The parts interleaved one example at a time, each shuffled on its own first."""
+    if not all(parts):
+        raise ConfigError(f"dataset '{spec}': an empty part between '+' signs; e.g. bigbench:a@train+bigbench:b@train")
+    loaded = [load_dataset(p, seed=seed) for p in parts]
+    tasks = [t for row in itertools.zip_longest(*(d.tasks for d in loaded)) for t in row if t is not None]
+    splits = {d.split for d in loaded}
+    return Dataset(name=spec, kind="mix", tasks=_select(tasks, limit, None), scorer=AutoScorer(),
+                   split=splits.pop() if len(splits) == 1 else None)
 
 
 def list_datasets() -> list[DatasetInfo]:
