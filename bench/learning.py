@@ -11,8 +11,10 @@ eval run (a session that stops mid-way loses at most one stage):
 2. ``export`` / ``sft`` — its successful decisions (``orchestrion train export``) and a LoRA on
    the student (``orchestrion train sft``);
 3. ``grpo`` / ``opod`` — RL from the SFT adapter (``orchestrion train grpo``) and OPOD on the SFT
-   student's own rollouts (``orchestrion train opod``), both on the mixture of every training
-   task's ``@train`` side (one example of each in turn); a failing stage is reported, not fatal;
+   student's own rollouts (``orchestrion train opod --hindsight``: the judge sees only episodes
+   that lost points or overspent against ``direct`` on each model on the same examples, and what
+   worked there), both on the mixture of every training task's ``@train`` side (one example of
+   each in turn); a failing stage is reported, not fatal;
 4. ``eval`` — every row below on the *held-out* side (``@test``) of each training task and on
    tasks never trained on, once per seed: the seed draws which held-out examples are used
    (decoding is greedy, so a seed that only changed sampling would change nothing).
@@ -203,7 +205,10 @@ class Bench:
             o = {"rollouts": 6, "steps": 4, **self.size.get("opod", {})}
             run = await self.eval_run("student-rollouts", mixture, "para", "student:sft",
                                       o["rollouts"], 11)
+            for name in LOCAL_MODELS:  # the hindsight: each model alone on the same examples, scored
+                await self.eval_run(f"evidence:{name}", mixture, "direct", f"direct:{name}", o["rollouts"], 11)
             if self.cli("opod", ["train", "opod", "--run", run, "--adapter", sft, "--steps", str(o["steps"]),
+                                 "--hindsight",
                                  "--pool", str(self.student_pool_file()), "--out", str(self.out / "opod")]):
                 self.state["adapter:opod"] = str(self.out / "opod")
         self.save()
@@ -304,10 +309,26 @@ def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
                 f"| {_mean([m['cost'] for m in metrics], '.6f')} "
                 f"| {int(sum(float(m['n'] or 0) for m in metrics))} |")
     lines += verdicts(bench)
+    lines += opod_hints(bench.out / "opod" / "train_log.json")
     failed = {k: v for k, v in bench.state.items() if k.startswith("failed:")}
     if failed:
         lines.append("\nStages that failed: " + "; ".join(f"`{k[7:]}`: {v}" for k, v in failed.items()))
     return "\n".join(lines), curves
+
+
+def opod_hints(log_path: Path, shown: int = 8) -> list[str]:
+    """What OPOD's judge flagged, and the first ``shown`` hints it gave, from its train log."""
+    if not log_path.is_file():
+        return []
+    log = json.loads(log_path.read_text())
+    hints = log.get("hints", [])
+    lines = [f"\n**OPOD's judge** judged {log.get('judged', 0)} decisions and flagged {log.get('flagged', 0)} "
+             f"({log.get('judge_errors', 0)} unreadable judgments); its hints:\n"]
+    lines += [f"- {h['hint']}" + (f" (hindsight: {h['hindsight']})" if h.get("hindsight") else "")
+              for h in hints[:shown]]
+    if len(hints) > shown:
+        lines.append(f"- ... and {len(hints) - shown} more in {log_path}")
+    return lines
 
 
 def task_accuracy(bench: Bench, row: str, dataset: str) -> dict[int, float]:

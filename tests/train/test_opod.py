@@ -25,6 +25,7 @@ from orchestrion.models.types import msg
 from orchestrion.runtime.context import RunContext
 from orchestrion.strategies.base import Answer, Strategy, Task
 from orchestrion.train._policy import Policy
+from orchestrion.train.hindsight import hindsight
 from orchestrion.train.opod import (
     build_items,
     followup,
@@ -127,6 +128,32 @@ def test_judgments_parse_and_fall_back(store: TraceStore) -> None:
     assert "found:France" in prompt and "What is the capital of France?" in prompt and "graded correct=" in prompt
 
 
+def test_hindsight_finds_lost_points_and_overspending_and_the_judge_sees_it(store: TraceStore) -> None:
+    ok, bad = fill_run(store)  # same prompt: ok scored 1, bad scored 0
+    cheap = asyncio.run(solve(Task(id="t9", prompt="What is the capital of France?", answer="Paris"), strategy="direct",
+                              pool=Pool.from_models([ScriptedModel(["Paris"], name="small")]), store=store,
+                              run_id="elsewhere"))
+    other = asyncio.run(solve(Task(id="t8", prompt="What is 2+2?", answer="4"), strategy="direct",
+                              pool=Pool.from_models([ScriptedModel(["4"], name="small")]), store=store, run_id="r1"))
+    for eid, score, units in ((ok, 1.0, 1.0), (bad, 0.0, 1.0), (cheap.trace_id, 1.0, 0.1), (other.trace_id, 1.0, 0.1)):
+        store.submit("UPDATE episodes SET cost_units = ?, meta = json_patch(meta, ?) WHERE id = ?",
+                     (units, json.dumps({"score": score}), eid))
+    store.flush()
+    found = hindsight(store, "r1")
+    assert set(found) == {ok, bad}  # the 2+2 episode has no other episode of its task to compare with
+    assert found[bad].reason == "lost points" and "send the task unchanged to small (solve_directly)" in found[bad].hint
+    assert found[ok].reason == "overspent" and "10% of this episode's compute units" in found[ok].hint
+    assert hindsight(store, "r1", saving=0.95).keys() == {bad}  # 90% saved is not 95%
+    records = [r for r in load_records(store, run_id="r1") if r.valid and r.episode_id == bad]
+    pool = make_pool()
+    judged = asyncio.run(judge_records(records, pool=pool, store=store, evidence={bad: found[bad].hint}))
+    assert all(j.hindsight == found[bad].hint for j in judged)
+    judge = pool.get("judge")
+    assert isinstance(judge, ScriptedModel)
+    assert all("Hindsight from other episodes of the same task: This episode scored 0" in c[-1]["content"]
+               for c in judge.calls)
+
+
 def test_hint_goes_into_the_teacher_context() -> None:
     base = [msg("system", "s"), msg("user", "u")]
     got = hinted(base, "do X")
@@ -208,6 +235,16 @@ def test_cli_opod_on_a_scripted_run(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert len(lines) == 4 and sum(x["needs_repair"] for x in lines) == 2
     log = json.loads((out / "train_log.json").read_text())
     assert log["flagged"] == 2 and log["judge_errors"] == 2 and log["steps"][0]["opd_decisions"] == 1
+    # --hindsight: only the episode that lost points against the other one of its task is judged
+    hinted_out = tmp_path / "hinted"
+    res = CliRunner().invoke(cli.app, ["train", "opod", "--run", "run-a", "--steps", "1", "--batch-size", "1",
+                                       "--max-new-tokens", "4", "--out", str(hinted_out), "--db", str(db),
+                                       "--hindsight"])
+    assert res.exit_code == 0, res.output
+    assert "hindsight: 1 episode(s) lost points and 0 overspent" in res.output
+    assert "judged 2 decisions, 1 flagged for repair" in res.output
+    log = json.loads((hinted_out / "train_log.json").read_text())
+    assert [h["hint"] for h in log["hints"]] == [HINT] and "scored 0" in log["hints"][0]["hindsight"]
 
 
 def test_cli_opod_unknown_run(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ GRPO_FLAGS = ("limit", "group", "steps", "strategy", "adapter", "out", "lr", "cl
               "updates", "micro_batch", "concurrency", "max_length", "lora_r", "engine", "tasks_per_step",
               "max_steps_now")
 OPOD_FLAGS = ("steps", "adapter", "lam", "judge", "out", "lr", "batch_size", "max_new_tokens", "max_decisions",
-              "seed", "lora_r", "max_steps_now")
+              "hindsight", "seed", "lora_r", "max_steps_now")
 RENAMED = {"strategy": ("--strategy", "-s"), "lam": ("--lambda",), "max_steps_now": ("--stop-after",)}
 
 

@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from ._checkpoint import CHECKPOINT, load_checkpoint, read_state, save_checkpoin
 from ._losses import reverse_kl, rwr_loss
 from ._policy import Policy, cycle
 from ._progress import StepBar, StepDisplay
+from .hindsight import hindsight
 from .settings import OPODSettings
 
 Log = Callable[[str], None]
@@ -59,6 +61,7 @@ class Judgment:
     hint: str
     raw: str
     error: str | None = None
+    hindsight: str = ""  # the evidence from other episodes of the task the judge was shown, if any
 
 
 @dataclass
@@ -155,8 +158,9 @@ def judge_messages(rec: Any, trace: str, outcome: str, *, context_chars: int = 1
 
 
 async def judge_records(records: Sequence[Any], *, pool: Pool, store: TraceStore, judge: str | None = None,
-                        log: Log | None = None) -> list[Judgment]:
-    """One judgment per record; bad or failed judge output counts as ``needs_repair: false``."""
+                        log: Log | None = None, evidence: Mapping[str, str] | None = None) -> list[Judgment]:
+    """One judgment per record; bad or failed judge output counts as ``needs_repair: false``.
+    ``evidence``: per episode id, hindsight from other episodes of its task, shown with the outcome."""
     model = judge or pool.synthesizer
     pool.spec(model)  # fail early, naming the pool's models
     schema = Verdict.model_json_schema()
@@ -165,6 +169,9 @@ async def judge_records(records: Sequence[Any], *, pool: Pool, store: TraceStore
     async def one(rec: Any) -> Judgment:
         nonlocal done
         trace, outcome = followup(store, rec.episode_id, rec.seq)
+        note = (evidence or {}).get(rec.episode_id, "")
+        if note:
+            outcome += f"\nHindsight from other episodes of the same task: {note}"
         raw, error, verdict = "", None, Verdict(needs_repair=False)
         try:
             completion = await pool.complete(model, judge_messages(rec, trace, outcome),
@@ -179,7 +186,7 @@ async def judge_records(records: Sequence[Any], *, pool: Pool, store: TraceStore
         done += 1
         if log is not None:
             log(f"judged {done}/{len(records)}: {'repair' if verdict.needs_repair and hint else 'ok'}")
-        return Judgment(rec.decision_id, rec.episode_id, verdict.needs_repair and bool(hint), hint, raw, error)
+        return Judgment(rec.decision_id, rec.episode_id, verdict.needs_repair and bool(hint), hint, raw, error, note)
 
     return list(await asyncio.gather(*(one(r) for r in records)))
 
@@ -297,7 +304,7 @@ async def atrain_opod(
     state = read_state(out_dir, config)
     with StepBar(s.steps, int(state["step"]) if state else 0, progress, display=bar, label="opod") as steps_bar:
         log = steps_bar.log
-        judgments = await _judgments(records, s, the_pool, the_store, out_dir, log, resumed=state is not None)
+        judgments = await _judgments(run_id, records, s, the_pool, the_store, out_dir, log, resumed=state is not None)
         log(f"loading the policy ({'adapter ' + str(s.adapter) if s.adapter else 'base model, fresh LoRA'}) ...")
         policy = Policy.load(s.adapter, lora_r=s.lora_r, lora_alpha=s.lora_alpha, gguf_path=s.gguf_path, seed=s.seed)
         opd, rwr = build_items(policy, records, judgments, max_length=s.max_length)
@@ -330,13 +337,14 @@ async def atrain_opod(
         notes.append(why)
     body = {"trainer": "opod", "config": config, "steps": [asdict(e) for e in history], "notes": notes,
             "judged": len(judgments), "flagged": sum(1 for j in judgments if j.needs_repair),
-            "judge_errors": sum(1 for j in judgments if j.error), "opd_items": len(opd), "rwr_items": len(rwr)}
+            "judge_errors": sum(1 for j in judgments if j.error), "opd_items": len(opd), "rwr_items": len(rwr),
+            "hints": [{"hindsight": j.hindsight, "hint": j.hint} for j in judgments if j.needs_repair]}
     (out_dir / "train_log.json").write_text(json.dumps(body, indent=2), encoding="utf-8")
     return OPODResult(adapter_dir, gguf, judgments, len(opd), len(rwr), history, notes)
 
 
-async def _judgments(records: Sequence[Any], s: OPODSettings, pool: Pool, store: TraceStore, out_dir: Path,
-                     log: Log, *, resumed: bool) -> list[Judgment]:
+async def _judgments(run_id: str, records: Sequence[Any], s: OPODSettings, pool: Pool, store: TraceStore,
+                     out_dir: Path, log: Log, *, resumed: bool) -> list[Judgment]:
     """The judge's verdicts: read back from ``judgments.jsonl`` on a resume, else judged and written there."""
     file = out_dir / "judgments.jsonl"
     if resumed and file.is_file():
@@ -344,10 +352,19 @@ async def _judgments(records: Sequence[Any], s: OPODSettings, pool: Pool, store:
         log(f"{len(found)} judgments read back from {file}")
         await pool.aclose()
         return found
-    to_judge = [r for r in records if r.valid][:s.max_decisions]
+    evidence: dict[str, str] = {}
+    to_judge = [r for r in records if r.valid]
+    if s.hindsight:
+        hints = hindsight(store, run_id, saving=s.hindsight_saving)
+        evidence = {e: h.hint for e, h in hints.items()}
+        to_judge = [r for r in to_judge if r.episode_id in evidence]
+        reasons = Counter(h.reason for h in hints.values())
+        log(f"hindsight: {reasons['lost points']} episode(s) lost points and {reasons['overspent']} overspent "
+            f"against other episodes of their tasks; only their decisions are judged")
+    to_judge = to_judge[:s.max_decisions]
     log(f"{len(records)} decision attempts; judging {len(to_judge)} with '{s.judge or pool.synthesizer}'")
     try:
-        judgments = await judge_records(to_judge, pool=pool, store=store, judge=s.judge, log=log)
+        judgments = await judge_records(to_judge, pool=pool, store=store, judge=s.judge, log=log, evidence=evidence)
     finally:
         await pool.aclose()
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -136,6 +136,12 @@ class OPODSettings(_Settings):
     max_new_tokens: int = Field(default=128, ge=1, description="longest action the student samples")
     temperature: float = Field(default=1.0, ge=0, description="the student's sampling temperature")
     max_decisions: int | None = Field(default=None, ge=1, description="judge at most this many decisions")
+    hindsight: bool = Field(default=False, description="judge only the decisions of episodes that lost points or "
+                                                       "overspent against other scored episodes of the same task in "
+                                                       "the trace store, showing the judge what worked there")
+    hindsight_saving: float = Field(default=0.25, gt=0, lt=1, description="with hindsight: the share of compute "
+                                                                          "units a cheaper episode must save for "
+                                                                          "this one to count as overspent")
     max_length: int = Field(default=2048, ge=16, description="longest decision (prompt + output tokens) trained on")
     lora_r: int = Field(default=8, ge=1, description="LoRA rank of a fresh adapter")
     lora_alpha: int = Field(default=0, ge=0, validate_default=True,
