@@ -26,7 +26,11 @@ units and dollars per episode (compute units: tokens / 1000 x each model's tier,
 units; dollars: local models priced by CPU time). Verdicts, paired by seed: GRPO and OPOD
 against SFT per task and on the held-out tasks together, and each trained student against the
 teacher; a gain is an accuracy gain beyond the spread over seeds, or equal accuracy at 25% or more
-fewer compute units. Writes ``OUT/learning.md`` and ``OUT/learning.png``.
+fewer compute units. Writes ``OUT/learning.md``, ``OUT/learning.png`` and, once GRPO has run,
+``OUT/grpo_curves.png`` (reward mean ± sd, valid-action rate and share of decisions trained per
+step). GRPO runs with ``--engine loop`` (one sample per decision: every decision of an episode
+is trained; TRL's engine packs decisions only while each prompt extends the last, which para's
+rebuilt round prompts do not).
 
     .venv/bin/python bench/learning.py --quick     # one task, held out only, one seed, SFT only: <15 min
     .venv/bin/python bench/learning.py             # the default size (see SIZES)
@@ -195,7 +199,10 @@ class Bench:
         if sft and "grpo" in methods:
             rewards = Path(__file__).resolve().parent.parent / "examples" / "rewards.yaml"  # ParaManager's mix
             g = {"limit": 3, "group": 4, "steps": 3, **self.size.get("grpo", {})}
-            if self.cli("grpo", ["train", "grpo", "--dataset", mixture, "--limit", str(g["limit"]),
+            # --engine loop: one sample per decision. TRL's engine packs an episode's decisions into one
+            # completion only while each prompt extends the last; para rebuilds its prompt every round,
+            # so there it would train the first decision alone
+            if self.cli("grpo", ["train", "grpo", "--engine", "loop", "--dataset", mixture, "--limit", str(g["limit"]),
                                  "--group", str(g["group"]), "--steps", str(g["steps"]),
                                  "--pool", str(self.student_pool_file()), "--adapter", sft,
                                  "--out", str(self.out / "grpo-sampled"), "--set", "max_rounds=3",
@@ -435,6 +442,35 @@ def plot(curves: dict[str, dict[str, list[float]]], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_rl(log_path: Path, path: Path) -> bool:
+    """GRPO's reward (mean ± sd over the step's episodes), valid-action rate and share of decisions
+    trained, per step, from its train log; False when there is no log yet."""
+    if not log_path.is_file():
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = json.loads(log_path.read_text()).get("steps", [])
+    xs = [s["step"] for s in steps]
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    ax.errorbar(xs, [s["mean_reward"] for s in steps], yerr=[s.get("reward_sd", 0.0) for s in steps], marker="o",
+                capsize=3, label="reward (mean ± sd)")
+    ax.plot(xs, [s["valid_rate"] if s["valid_rate"] is not None else float("nan") for s in steps], marker="s",
+            label="valid actions")
+    ax.plot(xs, [s.get("trained", 0) / s["decisions"] if s.get("decisions") else float("nan") for s in steps],
+            marker="^", label="share of decisions trained")
+    ax.set_xlabel("GRPO step")
+    ax.set_title("GRPO on the student orchestrator")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="one task, held out only, one seed, SFT only (<15 min here)")
@@ -490,6 +526,8 @@ async def main() -> None:
     text, curves = table(bench)
     (out / "learning.md").write_text(text + "\n")
     plot(curves, out / "learning.png")
+    if plot_rl(out / "grpo-sampled" / "train_log.json", out / "grpo_curves.png"):
+        print(f"(GRPO curves: {out / 'grpo_curves.png'})", file=sys.stderr)
     print(text)
     print(f"\n(written to {out / 'learning.md'} and {out / 'learning.png'})", file=sys.stderr)
     bench.store.close()

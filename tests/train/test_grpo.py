@@ -95,6 +95,7 @@ def test_loop_on_a_scripted_pool(tmp_path: Path, store: TraceStore) -> None:
     result = train_grpo(Tasks(2), settings, pool=pool, store=store, progress=lines.append)
     assert [s.groups_kept for s in result.steps] == [2, 2]
     assert all(s.loss is not None and s.samples == 4 and s.mean_reward == 0.5 for s in result.steps)
+    assert all(s.reward_sd == 0.5 and (s.trained, s.decisions) == (4, 4) for s in result.steps)  # rewards 1,0,1,0
     assert all(s.valid_rate == 1.0 and s.rollout_policy == "pool" for s in result.steps)
     assert any("as is" in n for n in result.notes)  # the scripted orchestrator cannot run the adapter
     # every rollout is an episode of the training run, and the run is marked finished
@@ -112,7 +113,8 @@ def test_loop_on_a_scripted_pool(tmp_path: Path, store: TraceStore) -> None:
     assert result.gguf_path == out / "adapter.gguf" and result.gguf_path.is_file()
     log = json.loads((out / "train_log.json").read_text())
     assert [s["step"] for s in log["steps"]] == [1, 2] and log["run_id"] == result.run_id
-    assert any(line.startswith("step 2: loss=") for line in lines)
+    assert any(line.startswith("step 2: loss=") and "reward=0.500±0.500" in line and "decisions trained=4/4" in line
+               for line in lines)
 
 
 def test_a_step_with_equal_rewards_is_skipped(tmp_path: Path, store: TraceStore) -> None:
@@ -122,7 +124,7 @@ def test_a_step_with_equal_rewards_is_skipped(tmp_path: Path, store: TraceStore)
                         pool=Pool.from_models([always_right]), store=store)
     (entry,) = result.steps
     assert entry.groups == 1 and entry.groups_kept == 0 and entry.loss is None
-    assert "equal rewards" in entry.note
+    assert "equal rewards" in entry.note and (entry.trained, entry.decisions, entry.reward_sd) == (0, 2, 0.0)
     assert (tmp_path / "out" / "adapter_config.json").is_file()
 
 
@@ -174,6 +176,8 @@ def test_grpo_on_the_embedded_model(tmp_path: Path, engine: str) -> None:
     assert all(s["episodes"] == 2 and s["valid_rate"] is not None for s in log["steps"])
     for step in log["steps"]:
         assert "tokenized here" not in step["note"]  # llama.cpp's recorded ids, never re-tokenized
+        assert step["decisions"] >= 2  # decisions trained: some when the group's rewards differed, else none
+        assert (0 < step["trained"] <= step["decisions"]) if step["groups_kept"] else step["trained"] == 0
         if engine == "trl":  # TRL updates every step (equal rewards: zero advantage); one sample per episode
             assert step["loss"] is not None and step["samples"] == 2
         elif step["groups_kept"]:  # the episodes' rewards differed: an update on llama.cpp's exact token ids

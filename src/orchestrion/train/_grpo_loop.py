@@ -32,6 +32,7 @@ from ._grpo_steps import (
     retokenized_samples,
     rollout_pool,
     set_old_logprobs,
+    spread,
     valid_rate,
 )
 from ._types import TrainSample
@@ -97,7 +98,8 @@ async def _step(run: GRPORun, optimizer: torch.optim.Optimizer, step: int, tasks
     entry = StepLog(step=step + 1, episodes=len(episodes), groups=len(groups),
                     groups_kept=sum(1 for g in groups if g.advantages is not None), samples=len(usable),
                     mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
-                    valid_rate=valid_rate(run.store, episodes), rollout_policy=how)
+                    valid_rate=valid_rate(run.store, episodes), rollout_policy=how, reward_sd=spread(rewards),
+                    decisions=len(run.store.decision_validity(episodes)), trained=len(usable))
     if len(usable) < len(samples):
         entry.note = f"{len(samples) - len(usable)} samples longer than {s.max_length} tokens left out; "
     if not entry.groups_kept:

@@ -37,6 +37,9 @@ class StepLog:
     samples: int
     mean_reward: float
     valid_rate: float | None
+    reward_sd: float = 0.0  # spread of the episodes' rewards (population sd)
+    decisions: int = 0  # decision attempts of the step's episodes
+    trained: int = 0  # of those, the decisions the update trained on (kept groups, within max_length)
     loss: float | None = None
     clip_frac: float | None = None
     ratio: float | None = None
@@ -233,9 +236,18 @@ def check_vocab(policy: Policy, samples: Sequence[TrainSample]) -> None:
 def describe(e: StepLog) -> str:
     valid = "n/a" if e.valid_rate is None else f"{e.valid_rate:.2f}"
     loss = "-" if e.loss is None else f"{e.loss:.4f}"
-    text = (f"step {e.step}: loss={loss} reward={e.mean_reward:.3f} valid={valid} "
-            f"groups kept={e.groups_kept}/{e.groups} samples={e.samples} rollouts={e.rollout_policy} {e.wall_s:.1f}s")
+    text = (f"step {e.step}: loss={loss} reward={e.mean_reward:.3f}±{e.reward_sd:.3f} valid={valid} "
+            f"groups kept={e.groups_kept}/{e.groups} samples={e.samples} decisions trained={e.trained}/{e.decisions} "
+            f"rollouts={e.rollout_policy} {e.wall_s:.1f}s")
     return text + (f" ({e.note.strip('; ')})" if e.note else "")
+
+
+def spread(values: Sequence[float]) -> float:
+    """Population standard deviation (0 for fewer than two values)."""
+    if len(values) < 2:
+        return 0.0
+    mean = sum(values) / len(values)
+    return float((sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5)
 
 
 def valid_rate(store: TraceStore, episode_ids: Sequence[str]) -> float | None:

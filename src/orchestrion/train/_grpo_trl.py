@@ -45,7 +45,7 @@ import torch
 
 from .._errors import ConfigError
 from ..runtime.types import Task
-from ._grpo_steps import GRPORun, StepLog, check_vocab, rollout_pool, valid_rate
+from ._grpo_steps import GRPORun, StepLog, check_vocab, rollout_pool, spread, valid_rate
 from ._policy import Policy
 from ._types import TrainSample
 from .rollouts import DecisionAttempt, collect_groups, decision_rows
@@ -163,6 +163,7 @@ class _Engine:
         batch: dict[str, list[Any]] = {k: [] for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask",
                                                        "reward_parts")}
         packed_all: list[Packed] = []
+        trained = 0  # decisions of groups whose rewards differ (the others get no advantage)
         for g in groups:
             for episode, reward in zip(g.episodes, g.rewards):
                 run.store.patch_episode_meta(episode.trace_id, {"grpo": {"step": step + 1, "reward": reward}})
@@ -171,6 +172,7 @@ class _Engine:
                 check_vocab(run.policy, [TrainSample(packed.prompt_ids, packed.completion_ids, 0.0,
                                                      meta={"model": rows[0].model if rows else None})])
                 packed_all.append(packed)
+                trained += packed.decisions if g.kept else 0
                 parts = ({"outcome": reward} if run.reward_cfg is None
                          else episode_rewards(run.store, episode.trace_id, run.reward_cfg))
                 for key, value in (("prompt_ids", packed.prompt_ids), ("completion_ids", packed.completion_ids),
@@ -182,6 +184,7 @@ class _Engine:
         self.current.stats = {
             "episodes": len(episodes), "groups": len(groups), "groups_kept": sum(1 for g in groups if g.kept),
             "samples": sum(1 for p in packed_all if p.decisions), "mean_reward": sum(rewards) / len(rewards),
+            "reward_sd": spread(rewards), "attempts": len(run.store.decision_validity(episodes)), "trained": trained,
             "valid_rate": valid_rate(run.store, episodes), "rollout_policy": how,
             "decisions": sum(p.decisions for p in packed_all), "left_out": sum(p.left_out for p in packed_all),
             "retokenized": sum(1 for p in packed_all if p.retokenized)}
@@ -194,6 +197,7 @@ class _Engine:
         entry = StepLog(step=self.current.step + 1, episodes=st["episodes"], groups=st["groups"],
                         groups_kept=st["groups_kept"], samples=st["samples"], mean_reward=st["mean_reward"],
                         valid_rate=st["valid_rate"], rollout_policy=st["rollout_policy"],
+                        reward_sd=st["reward_sd"], decisions=st["attempts"], trained=st["trained"],
                         loss=_num(logs.get("loss")), clip_frac=_num(logs.get("clip_ratio/region_mean")),
                         kl=_num(logs.get("kl")), wall_s=time.perf_counter() - self.current.started)
         notes = []
