@@ -1,4 +1,4 @@
-"""Choose ``auto``'s ``k`` and ``prior_weight`` by leave-one-out on the ``@train`` history.
+"""Choose ``auto``'s ``k``, ``prior_weight`` and ``relative_similarity`` by leave-one-out on ``@train``.
 
 For every past ``@train`` prompt that each candidate arm ran, ``auto``'s rule
 (:func:`orchestrion.strategies.auto.choose_arm`) picks an arm from the history *without that
@@ -10,7 +10,7 @@ filter is in the SQL), so the ``@test`` table stays untouched by the choice.
 
 Run from the repository root, after ``bench/local_pool.py`` has built the history::
 
-    .venv/bin/python bench/auto_loo.py --k 8,12 --prior-weight 2,6,10
+    .venv/bin/python bench/auto_loo.py --k 12 --prior-weight 2,6,10 --relative-similarity 0.8,0.6,0.5
 """
 
 from __future__ import annotations
@@ -31,18 +31,22 @@ def task_name(task_id: str) -> str:
     return task_id.rsplit("/", 1)[0]
 
 
+Paired = dict[str, tuple[dict[str, float], dict[str, float]]]  # task -> (auto's scores, the baseline's)
+
+
 def leave_one_out(history: list[Outcome], tasks: dict[str, str], arms: list[str], k: int,
-                  prior_weight: float) -> dict[str, tuple[dict[str, float], dict[str, float]]]:
+                  prior_weight: float, relative_similarity: float) -> Paired:
     """Per task: what auto scored on each prompt, and what the first arm scored there."""
     scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for h in history:
         scores[h.prompt][h.arm].append(h.score)
-    out: dict[str, tuple[dict[str, float], dict[str, float]]] = defaultdict(lambda: ({}, {}))
+    out: Paired = defaultdict(lambda: ({}, {}))
     for prompt, by_arm in scores.items():
         if not all(a in by_arm for a in arms):
             continue  # judged only where every arm has a score to fall back on
         rest = [h for h in history if h.prompt != prompt]
-        arm = choose_arm(prompt, rest, arms, k=k, prior_weight=prior_weight).arm
+        arm = choose_arm(prompt, rest, arms, k=k, prior_weight=prior_weight,
+                         relative_similarity=relative_similarity).arm
         got, base = out[tasks[prompt]]
         got[prompt] = sum(by_arm[arm]) / len(by_arm[arm])
         base[prompt] = sum(by_arm[arms[0]]) / len(by_arm[arms[0]])
@@ -55,6 +59,7 @@ def main() -> None:
     ap.add_argument("--arms", default=ARMS, help="candidate arms in preference order; the first is the baseline")
     ap.add_argument("--k", default="8,12", help="neighbour counts to try, comma-separated")
     ap.add_argument("--prior-weight", default="2,6,10", help="prior weights to try, comma-separated")
+    ap.add_argument("--relative-similarity", default="0.8,0.6", help="neighbour cutoffs to try, comma-separated")
     args = ap.parse_args()
     if not args.db.exists():
         sys.exit(f"{args.db}: no trace database; build the history first with bench/local_pool.py --history-only")
@@ -63,15 +68,17 @@ def main() -> None:
     tasks = {r.task_value()["prompt"]: task_name(r.task_id or "?") for r in rows if isinstance(r.task_value(), dict)}
     history = [h for h in parse_outcomes(rows) if h.arm in arms]
     print(f"{len(history)} @train outcomes of {len(arms)} arms over {len(set(tasks.values()))} tasks", file=sys.stderr)
-    print("| k | prior_weight | mean difference | tasks below -1 se | per task |\n|---|---|---|---|---|")
-    for k in (int(x) for x in args.k.split(",")):
-        for pw in (float(x) for x in args.prior_weight.split(",")):
-            per_task = leave_one_out(history, tasks, arms, k, pw)
-            diffs = {t: paired_difference(got, base) for t, (got, base) in sorted(per_task.items())}
-            below = [t for t, (d, se, _) in diffs.items() if d < -se - 1e-9]
-            mean = sum(d for d, _, _ in diffs.values()) / max(1, len(diffs))
-            cells = ", ".join(f"{t.split('/')[-1]} {d:+.2f} ± {se:.2f}" for t, (d, se, _) in diffs.items())
-            print(f"| {k} | {pw:g} | {mean:+.3f} | {len(below)} | {cells} |", flush=True)
+    print("| k | prior_weight | relative_similarity | mean difference | tasks below -1 se | per task |\n"
+          "|---|---|---|---|---|---|")
+    grid = [(int(k), float(pw), float(rel)) for k in args.k.split(",") for pw in args.prior_weight.split(",")
+            for rel in args.relative_similarity.split(",")]
+    for k, pw, rel in grid:
+        per_task = leave_one_out(history, tasks, arms, k, pw, rel)
+        diffs = {t: paired_difference(got, base) for t, (got, base) in sorted(per_task.items())}
+        below = [t for t, (d, se, _) in diffs.items() if d < -se - 1e-9]
+        mean = sum(d for d, _, _ in diffs.values()) / max(1, len(diffs))
+        cells = ", ".join(f"{t.split('/')[-1]} {d:+.2f} ± {se:.2f}" for t, (d, se, _) in diffs.items())
+        print(f"| {k} | {pw:g} | {rel:g} | {mean:+.3f} | {len(below)} | {cells} |", flush=True)
 
 
 if __name__ == "__main__":

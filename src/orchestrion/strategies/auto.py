@@ -30,10 +30,10 @@ Choice (pure, in :func:`choose_arm`):
    an arm that loses examples the best wins has not). The cheapest arm that is as good as the best
    is chosen (ties: the candidates' order).
 
-The defaults (``k`` = 12, ``prior_weight`` = 10) scored best in a leave-one-out over the local
-pool's ``@train`` history (``bench/auto_loo.py``): with 10 pseudo episodes an arm needs more
-than a few lucky neighbours to beat its record elsewhere, which is what a 20-example sample of a
-weak task gives.
+The defaults (``k`` = 12, ``prior_weight`` = 6, ``relative_similarity`` = 0.5) scored best in a
+leave-one-out over the local pool's ``@train`` history (``bench/auto_loo.py``): an arm needs more
+than a few lucky neighbours to beat its record elsewhere, and a cutoff of 0.8 left some prompts
+(orderings of five objects) two neighbours per arm, too few to tell the arms apart.
 
 The choice, the reason, the neighbours and every arm's numbers are written on the episode (event
 ``auto_choice``, and ``meta.result.auto``), so ``orchestrion trace show`` explains it. This gives
@@ -147,8 +147,8 @@ def _ranked(query: str, history: Sequence[Outcome], candidates: Sequence[str],
 
 
 def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str], *, k: int = 12,
-               min_trials: int = 2, explore: bool = True, relative_similarity: float = 0.8,
-               prior_weight: float = 10.0) -> AutoChoice:
+               min_trials: int = 2, explore: bool = True, relative_similarity: float = 0.5,
+               prior_weight: float = 6.0) -> AutoChoice:
     """Pick the arm for ``query`` (see the module doc); ``candidates`` in preference order."""
     ranked = _ranked(query, history, candidates, relative_similarity)
     ran: dict[str, dict[str, list[Outcome]]] = {}  # arm -> prompt -> its episodes
@@ -244,12 +244,12 @@ class Auto(Strategy):
                                       "(default: direct, program and cot on the pool's models, and para)")
         k: int = Field(default=12, ge=1, description="nearest past task prompts whose episodes are compared")
         relative_similarity: float = Field(
-            default=0.8, ge=0, le=1, description="a past prompt less similar than this times the nearest one's "
+            default=0.5, ge=0, le=1, description="a past prompt less similar than this times the nearest one's "
                                                  "similarity is no neighbour")
         min_trials: int = Field(default=2, ge=1, description="episodes an arm needs on the neighbours before "
                                                              "auto stops exploring it")
         prior_weight: float = Field(
-            default=10.0, ge=0, description="pseudo episodes at an arm's mean over all history that its mean on "
+            default=6.0, ge=0, description="pseudo episodes at an arm's mean over all history that its mean on "
                                            "the neighbours is pulled towards (0: no pull)")
         explore: bool = Field(default=True, description="run an arm that has too little history (else choose "
                                                         "among the arms that have some)")
