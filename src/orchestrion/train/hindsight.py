@@ -83,7 +83,7 @@ def _load(store: TraceStore, prompts: set[str]) -> list[_Episode]:
 
 def hindsight(store: TraceStore, run_id: str, *, saving: float = 0.25) -> dict[str, Hindsight]:
     """The hint for each episode of run ``run_id`` that lost points or overspent, by episode id."""
-    mine = [r["id"] for r in store.query("SELECT id FROM episodes WHERE run_id = ? AND finished = 1", (run_id,))]
+    mine = {r["id"] for r in store.query("SELECT id FROM episodes WHERE run_id = ? AND finished = 1", (run_id,))}
     prompts = {r["p"] for r in store.query(
         "SELECT json_extract(task, '$.prompt') AS p FROM episodes WHERE run_id = ?", (run_id,)) if r["p"]}
     episodes = _load(store, prompts)
@@ -91,7 +91,7 @@ def hindsight(store: TraceStore, run_id: str, *, saving: float = 0.25) -> dict[s
     for ep in episodes:
         by_prompt.setdefault(ep.prompt, []).append(ep)
     found: dict[str, Hindsight] = {}
-    for ep in (e for e in episodes if e.id in set(mine)):
+    for ep in (e for e in episodes if e.id in mine):
         others = [o for o in by_prompt[ep.prompt] if o.id != ep.id]
         best = max((o.score for o in others), default=ep.score)
         if best > ep.score:
