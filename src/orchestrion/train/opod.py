@@ -6,7 +6,9 @@ From the decisions of a recorded run:
    each valid decision with what followed it in its episode (later decisions, tool and
    worker results, the final answer, status and score) and answers
    ``{"needs_repair": bool, "hint": str}`` (``prompts/opod_judge.md``). Unparseable output
-   counts as ``needs_repair: false``; every judgment is written to ``judgments.jsonl``.
+   counts as ``needs_repair: false``; every judgment is written to ``judgments.jsonl``. With
+   ``hindsight``, only episodes that lost points or overspent against other scored episodes of
+   their task are judged, and the judge also sees what worked there (:mod:`.hindsight`).
 2. **Self-teacher.** The teacher is the frozen starting model (base, or base + ``adapter``)
    given the decision's context with the hint added (``prompts/opod_hint.md``).
 3. **Training.** The student (a LoRA initialised from the same adapter) samples an action at
