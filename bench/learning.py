@@ -414,13 +414,29 @@ def verdicts(bench: Bench) -> list[str]:
     return lines
 
 
-def plot(curves: dict[str, dict[str, list[float]]], path: Path) -> None:
+def _figure() -> tuple[Any, Any]:
+    """A headless matplotlib figure and its axes, the size of every plot here."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    return plt.subplots(figsize=(7, 4.2))
+
+
+def _save(fig: Any, ax: Any, path: Path) -> None:
+    """Legend, grid and layout, then the PNG; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot(curves: dict[str, dict[str, list[float]]], path: Path) -> None:
+    fig, ax = _figure()
     for group, rows in curves.items():
         stages = [r for r in rows if r.startswith("student:") and rows[r]]
         xs = list(range(len(stages)))
@@ -435,11 +451,7 @@ def plot(curves: dict[str, dict[str, list[float]]], path: Path) -> None:
     ax.set_ylabel("accuracy")
     ax.set_xlabel("student orchestrator (SmolLM2-135M) after each stage")
     ax.set_title("Learning curve: student vs teacher orchestrator on the local pool")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, ax, path)
 
 
 def plot_rl(log_path: Path, path: Path) -> bool:
@@ -447,14 +459,9 @@ def plot_rl(log_path: Path, path: Path) -> bool:
     trained, per step, from its train log; False when there is no log yet."""
     if not log_path.is_file():
         return False
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     steps = json.loads(log_path.read_text()).get("steps", [])
     xs = [s["step"] for s in steps]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = _figure()
     ax.errorbar(xs, [s["mean_reward"] for s in steps], yerr=[s.get("reward_sd", 0.0) for s in steps], marker="o",
                 capsize=3, label="reward (mean ± sd)")
     ax.plot(xs, [s["valid_rate"] if s["valid_rate"] is not None else float("nan") for s in steps], marker="s",
@@ -463,11 +470,7 @@ def plot_rl(log_path: Path, path: Path) -> bool:
             marker="^", label="share of decisions trained")
     ax.set_xlabel("GRPO step")
     ax.set_title("GRPO on the student orchestrator")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    _save(fig, ax, path)
     return True
 
 

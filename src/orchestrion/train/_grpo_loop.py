@@ -15,6 +15,7 @@ under ``out/checkpoint`` (:mod:`._checkpoint`).
 from __future__ import annotations
 
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -27,13 +28,12 @@ from ._checkpoint import CHECKPOINT, load_checkpoint, read_state, save_checkpoin
 from ._grpo_steps import (
     GRPORun,
     StepLog,
+    attempts,
     check_vocab,
     grpo_update,
     retokenized_samples,
     rollout_pool,
     set_old_logprobs,
-    spread,
-    valid_rate,
 )
 from ._types import TrainSample
 from .rollouts import collect_groups, group_samples
@@ -95,11 +95,12 @@ async def _step(run: GRPORun, optimizer: torch.optim.Optimizer, step: int, tasks
         check_vocab(run.policy, found)
         samples.extend(found)
     usable = [x for x in samples if x.completion_ids and len(x.prompt_ids) + len(x.completion_ids) <= s.max_length]
+    valid, decisions = attempts(run.store, episodes)
     entry = StepLog(step=step + 1, episodes=len(episodes), groups=len(groups),
                     groups_kept=sum(1 for g in groups if g.advantages is not None), samples=len(usable),
                     mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
-                    valid_rate=valid_rate(run.store, episodes), rollout_policy=how, reward_sd=spread(rewards),
-                    decisions=len(run.store.decision_validity(episodes)), trained=len(usable))
+                    valid_rate=valid, rollout_policy=how, reward_sd=statistics.pstdev(rewards) if rewards else 0.0,
+                    decisions=decisions, trained=len(usable))
     if len(usable) < len(samples):
         entry.note = f"{len(samples) - len(usable)} samples longer than {s.max_length} tokens left out; "
     if not entry.groups_kept:

@@ -242,19 +242,10 @@ def describe(e: StepLog) -> str:
     return text + (f" ({e.note.strip('; ')})" if e.note else "")
 
 
-def spread(values: Sequence[float]) -> float:
-    """Population standard deviation (0 for fewer than two values)."""
-    if len(values) < 2:
-        return 0.0
-    mean = sum(values) / len(values)
-    return float((sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5)
-
-
-def valid_rate(store: TraceStore, episode_ids: Sequence[str]) -> float | None:
-    if not episode_ids:
-        return None
-    flags = store.decision_validity(episode_ids)
-    return sum(flags) / len(flags) if flags else None
+def attempts(store: TraceStore, episode_ids: Sequence[str]) -> tuple[float | None, int]:
+    """The valid share of the episodes' decision attempts (None when there are none), and how many."""
+    flags = store.decision_validity(episode_ids) if episode_ids else []
+    return (sum(flags) / len(flags) if flags else None), len(flags)
 
 
 def write_log(run: GRPORun) -> None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import statistics
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -45,7 +46,7 @@ import torch
 
 from .._errors import ConfigError
 from ..runtime.types import Task
-from ._grpo_steps import GRPORun, StepLog, check_vocab, rollout_pool, spread, valid_rate
+from ._grpo_steps import GRPORun, StepLog, attempts, check_vocab, rollout_pool
 from ._policy import Policy
 from ._types import TrainSample
 from .rollouts import DecisionAttempt, collect_groups, decision_rows
@@ -181,11 +182,12 @@ class _Engine:
                     batch[key].append(value)
         episodes = [e.trace_id for g in groups for e in g.episodes]
         rewards = [r for g in groups for r in g.rewards]
+        valid, decisions = attempts(run.store, episodes)
         self.current.stats = {
             "episodes": len(episodes), "groups": len(groups), "groups_kept": sum(1 for g in groups if g.kept),
             "samples": sum(1 for p in packed_all if p.decisions), "mean_reward": sum(rewards) / len(rewards),
-            "reward_sd": spread(rewards), "attempts": len(run.store.decision_validity(episodes)), "trained": trained,
-            "valid_rate": valid_rate(run.store, episodes), "rollout_policy": how,
+            "reward_sd": statistics.pstdev(rewards) if rewards else 0.0, "attempts": decisions, "trained": trained,
+            "valid_rate": valid, "rollout_policy": how,
             "decisions": sum(p.decisions for p in packed_all), "left_out": sum(p.left_out for p in packed_all),
             "retokenized": sum(1 for p in packed_all if p.retokenized)}
         run.bar.status("update")
