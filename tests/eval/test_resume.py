@@ -270,3 +270,34 @@ async def test_a_live_holder_is_named_and_a_dead_ones_lock_is_taken_over(tmp_pat
         if holder.stdout is not None:
             holder.stdout.close()
     assert not lock_path(store.path, run.run_id).exists()
+
+
+async def test_a_fork_keeps_chosen_episodes_and_resume_runs_the_rest(tmp_path: Path, store: TraceStore) -> None:
+    """fork_run: the kept episodes are copied whole under new ids; --resume on the fork reruns the others."""
+    from orchestrion.trace import fork_run
+
+    data = write_jsonl(tmp_path / "d.jsonl")
+    old = await run_eval(EvalConfig(dataset=str(data), strategies=["direct"], limit=4, seed=5), store,
+                         pool=lambda: Pool.from_models([ScriptedModel(["Answer: 4"], name="m")]))
+    episodes = store.query("SELECT id, task_id, answer FROM episodes WHERE run_id = ? ORDER BY task_id", (old.run_id,))
+    kept = episodes[:2]
+    fork = fork_run(store, old.run_id, [e["id"] for e in kept])
+    copies = store.query("SELECT id, task_id, answer FROM episodes WHERE run_id = ? ORDER BY task_id", (fork,))
+    assert [(c["task_id"], c["answer"]) for c in copies] == [(k["task_id"], k["answer"]) for k in kept]
+    assert not {c["id"] for c in copies} & {e["id"] for e in episodes}  # copies, not moves
+    for c, k in zip(copies, kept):  # the whole episode came along: its spans (with their tree) and decisions
+        spans, old_spans = store.spans(c["id"]), store.spans(k["id"])
+        assert [s.name for s in spans] == [s.name for s in old_spans] and spans
+        ids = {s.id for s in spans}
+        assert all(s.parent_id is None or s.parent_id in ids for s in spans)
+    done = await run_eval(EvalConfig(dataset="ignored", strategies=["x"]), store, resume=fork,
+                          pool=lambda: Pool.from_models([ScriptedModel(["Answer: 5"], name="m")]))
+    assert (done.skipped, done.ran) == (2, 2)
+    after = store.query("SELECT task_id, answer FROM episodes WHERE run_id = ? ORDER BY task_id", (fork,))
+    assert [a["answer"] for a in after] == ["Answer: 4", "Answer: 4", "Answer: 5", "Answer: 5"]
+    assert [a["task_id"] for a in after] == [e["task_id"] for e in episodes]
+    assert len(store.query("SELECT id FROM episodes WHERE run_id = ?", (old.run_id,))) == 4  # the old run is intact
+    from orchestrion import TraceError
+
+    with pytest.raises(TraceError, match="not one of its episodes"):
+        fork_run(store, old.run_id, ["nope"])

@@ -164,3 +164,39 @@ async def test_para_stops_after_rounds_in_a_row_without_a_valid_action(store: Tr
                       tools=ToolRegistry([CalculatorTool()]), store=store, options={"max_invalid_rounds": 3})
     assert res.meta["rounds"] == 5 and res.meta["invalid_decisions"] == 4 and res.meta["calls"] == 1
     assert len(model.calls) == len(replies)  # nothing decided after the stop; the last call is the synthesis
+
+
+async def test_a_program_without_the_tasks_numbers_goes_to_the_coder_with_the_whole_task(store: TraceStore) -> None:
+    from orchestrion.strategies.para import uses_task_numbers
+    from orchestrion.tools.agents import CoderAgent
+    from orchestrion.tools.envelope import ToolResult
+    from tests.tools.test_agents import FakePython
+
+    task = "I have a goat, three bears and a fish. How many animals do I have? Also, what is 706 times 280?"
+    guess = "len(['goat', 'three bears', 'fish'])"  # the quantities are lost: 3, where the task has 5
+
+    def reply(messages: Any, config: Any) -> str:
+        if config.json_schema is not None:  # the orchestrator
+            n = sum(1 for m in messages if "Results so far" in m["content"])
+            return action([{"tool": "python", "input": guess}, {"tool": "python", "input": "706 * 280"}]) \
+                if n == 0 else action([], True)
+        if "Python program" in messages[-1]["content"]:  # the coder
+            return "```python\nprint(1 + 3 + 1)\n```"
+        return "Answer: 5 and 197680"
+
+    fake = FakePython([ToolResult(output="5\n"), ToolResult(output="197680\n")])
+    model = ScriptedModel(reply, name="m")
+    res = await solve(task, strategy="para", pool=Pool.from_models([model]),
+                      tools=ToolRegistry([CoderAgent(), fake]), store=store)
+    assert res.status == "ok"
+    assert sorted(c.strip() for c in fake.codes) == ["706 * 280", "print(1 + 3 + 1)"]  # the coder ran, not the guess
+    coder = [s for s in store.spans(res.trace_id) if s.kind == "agent"]
+    assert [s.attrs_value()["args"] for s in coder] == [{"task": task}]
+    [event] = [e.data_value() for e in store.events(res.trace_id) if e.kind == "program_to_coder"]
+    assert event["code"] == guess and event["round"] == 1
+    assert uses_task_numbers("706 * 280", task) and not uses_task_numbers("datetime.now()", task)
+    fake_off = FakePython([ToolResult(output="3\n"), ToolResult(output="197680\n")])
+    model_off = ScriptedModel(reply, name="m")
+    await solve(task, strategy="para", pool=Pool.from_models([model_off]),
+                tools=ToolRegistry([CoderAgent(), fake_off]), store=store, options={"programs_by_coder": False})
+    assert sorted(c.strip() for c in fake_off.codes) == ["706 * 280", guess]  # off: the program runs as written

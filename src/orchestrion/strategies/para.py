@@ -7,6 +7,14 @@ model) that run concurrently, or sets ``final``. Calls that already ran (same to
 and model) are not run again; a round with nothing else ends the loop (event
 ``repeated_calls``: the same calls would bring no new result). A synthesis model then turns the
 whole trajectory into the answer. Paper defaults: 12 rounds, 4 calls per round.
+
+Programs are the coder's job (option ``programs_by_coder``). A ``python`` call whose program uses
+no number written in the task is sent to the ``coder`` agent with the whole task instead (event
+``program_to_coder``). The orchestrator writes a program for the arithmetic it was given; its own
+programs for reasoning tasks printed its guess (``print('The blue book is second')``), read the
+clock (``datetime.now()``), sorted an undefined ``list``, or counted a list of item names that
+dropped their quantities (``len(['goat', 'three bears', ...])``). The coder reads the task verbatim
+and is prompted to compute.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .._prompts import render
+from .._text import numbers_in
 from ..models.types import msg
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
@@ -58,6 +67,9 @@ class Para(Strategy):
         max_invalid_rounds: int = Field(
             default=3, ge=0, description="rounds in a row without a valid action before para stops deciding and "
                                          "answers from the results it has (0 = never stop early)")
+        programs_by_coder: bool = Field(
+            default=True, description="send a python call whose program uses no number of the task to the coder "
+                                      "agent with the whole task (when the pool's tools have a coder)")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
@@ -95,7 +107,9 @@ class Para(Strategy):
                 if not action.calls:
                     stop = "final"
                     break
-                fresh = {_key(c): c for c in action.calls[:max_calls] if _key(c) not in done}
+                asked = [self._routed(ctx, c, task.prompt, rnd) if opts.programs_by_coder else c
+                         for c in action.calls[:max_calls]]
+                fresh = {_key(c): c for c in asked if _key(c) not in done}
                 calls = list(fresh.values())  # each distinct call once
                 if not calls:  # the same calls again would give the same results: nothing new can come
                     ctx.tracer.event("repeated_calls", {"round": rnd, "calls": [_describe(c) for c in action.calls]})
@@ -114,11 +128,27 @@ class Para(Strategy):
         return Answer(text, meta={"rounds": rnd, "calls": len(results), "invalid_decisions": invalid, "stop": stop})
 
     @staticmethod
+    def _routed(ctx: RunContext, call: Call, task: str, rnd: int) -> Call:
+        """``call``, or a coder call on the whole task when it is a program that computes nothing of the task's."""
+        code = call.args.get("code") if call.args else call.input
+        if call.tool != "python" or "coder" not in ctx.tools or not isinstance(code, str) \
+                or uses_task_numbers(code, task):
+            return call
+        ctx.tracer.event("program_to_coder", {"round": rnd, "code": code[:600], "model": call.model})
+        return Call.model_construct(tool="coder", input="(the whole task)", model=call.model, args={"task": task})
+
+    @staticmethod
     async def _run_call(ctx: RunContext, call: Call) -> ToolResult:
         args: dict[str, Any] | None = call.args
         if args is None and call.tool in ctx.tools:
             args = ctx.tools.get(call.tool).args_from_input(call.input)
         return await ctx.call_tool(call.tool, args, model=call.model)
+
+
+def uses_task_numbers(code: str, task: str) -> bool:
+    """Whether ``code`` writes a number that ``task`` writes (``706 * 280`` for "What is 706 times 280?")."""
+    given = {abs(n) for n in numbers_in(task)}
+    return any(abs(n) in given for n in numbers_in(code))
 
 
 def _key(call: Call) -> tuple[str, str, str | None]:

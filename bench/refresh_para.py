@@ -1,0 +1,105 @@
+"""Bring ``para``'s ``@test`` runs up to date after ``programs_by_coder``, rerunning only what it changes.
+
+``programs_by_coder`` acts on one thing: a ``python`` call of the orchestrator whose program writes
+no number of the task (it goes to the ``coder`` instead). An episode in which the orchestrator made
+no such call cannot change: every prompt and decision before that point is the same, and decoding
+is greedy. So, per task, this script forks the old ``para`` run (:func:`orchestrion.trace.fork_run`),
+keeping the episodes without such a call, and resumes the fork: only the others run again, with
+the new code. The old run stays as it was.
+
+It prints, per task, how many episodes were kept and rerun, and the accuracy before and after.
+The forks' ids go to ``--out-state`` (a copy of ``--state`` with the ``para`` keys replaced), so
+``bench/local_pool.py --report-only --state OUT_STATE`` prints the table with the new ``para``.
+Started again, it resumes unfinished forks and skips finished ones.
+
+Run from the repository root::
+
+    .venv/bin/python bench/refresh_para.py --state bench/out/local_pool/state_report.json \\
+        --out-state bench/out/local_pool/state_para_v2.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from pathlib import Path
+
+from orchestrion import EvalConfig, TraceStore, run_eval
+from orchestrion.strategies.para import uses_task_numbers
+from orchestrion.trace import fork_run
+
+ORDER = ["object_counting", "word_sorting", "date_understanding", "logical_deduction", "penguins_in_a_table",
+         "temporal_sequences", "arithmetic/3_digit_multiplication", "arithmetic/2_digit_division"]
+
+
+def touched(store: TraceStore, episode_id: str, prompt: str) -> bool:
+    """Whether the orchestrator made a python call whose program writes none of the task's numbers
+    (a call inside an agent, such as the coder's own run, is not the orchestrator's)."""
+    spans = store.spans(episode_id)
+    kinds = {s.id: s.kind for s in spans}
+    for s in spans:
+        if s.kind != "tool" or s.name != "python" or kinds.get(s.parent_id or "") == "agent":
+            continue
+        code = (s.attrs_value().get("args") or {}).get("code")
+        if isinstance(code, str) and not uses_task_numbers(code, prompt):
+            return True
+    return False
+
+
+def accuracy(store: TraceStore, run_id: str) -> tuple[float, int]:
+    rows = store.query("SELECT meta FROM episodes WHERE run_id = ? AND finished = 1 AND status NOT IN "
+                       "('interrupted', 'retried')", (run_id,))
+    scores = [json.loads(r["meta"] or "{}").get("score") or 0.0 for r in rows]
+    return (sum(scores) / len(scores) if scores else 0.0), len(scores)
+
+
+async def refresh(task: str, key: str, old: str, store: TraceStore, state: dict[str, str], out: Path) -> str:
+    fork = state.get(key)
+    if fork is None or fork == old:
+        episodes = store.query("SELECT id, task FROM episodes WHERE run_id = ? AND finished = 1", (old,))
+        keep = [e["id"] for e in episodes if not touched(store, e["id"], json.loads(e["task"])["prompt"])]
+        fork = fork_run(store, old, keep)
+        state[key] = fork
+        out.write_text(json.dumps(state, indent=1))
+        print(f"[{task}] fork {fork} of {old}: {len(keep)} kept, {len(episodes) - len(keep)} to rerun",
+              file=sys.stderr, flush=True)
+    status = store.query("SELECT status FROM runs WHERE id = ?", (fork,))[0]["status"]
+    if status != "finished":
+        started = time.perf_counter()
+        result = await run_eval(EvalConfig(dataset="unused", strategies=["para"]), store, resume=fork)
+        print(f"[{task}] reran {result.ran} episodes in {time.perf_counter() - started:.0f}s", file=sys.stderr,
+              flush=True)
+    return fork
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--db", type=Path, default=Path("bench/out/local_pool/traces.db"))
+    ap.add_argument("--state", type=Path, required=True, help="bench/local_pool.py's run-id file with the old runs")
+    ap.add_argument("--out-state", type=Path, required=True, help="where the run ids with the forks go")
+    ap.add_argument("--limit", type=int, default=20, help="the para runs of this many examples")
+    ap.add_argument("--tasks", default=",".join(ORDER), help="tasks, comma-separated, in the order they run")
+    args = ap.parse_args()
+    old_state = json.loads(args.state.read_text())
+    state = json.loads(args.out_state.read_text()) if args.out_state.is_file() else dict(old_state)
+    store = TraceStore(args.db)
+    print("| task | kept | rerun | para before | para after |\n|---|---|---|---|---|")
+    for task in args.tasks.split(","):
+        key = f"test/{task}/para@local/{args.limit}"
+        old = old_state.get(key)
+        if old is None:
+            print(f"[{task}] no para run in {args.state}; skipped", file=sys.stderr)
+            continue
+        fork = await refresh(task, key, old, store, state, args.out_state)
+        kept = store.query("SELECT COUNT(*) AS n FROM episodes e WHERE run_id = ? AND started < "
+                           "(SELECT created FROM runs WHERE id = ?)", (fork, fork))[0]["n"]
+        (before, n), (after, m) = accuracy(store, old), accuracy(store, fork)
+        print(f"| {task} | {kept} | {m - kept} | {before:.2f} ({n}) | {after:.2f} ({m}) |", flush=True)
+    store.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
