@@ -285,8 +285,8 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
     async def one(task: str, split: str, limit: int, strategy: str, model: str | None,
                   seed: int | None = None) -> tuple[str, str]:
         label = f"direct on {model}" if model else f"{strategy} (local pool)"
-        if split == "test" and not model:
-            limit = min(limit, args.limit_for.get(strategy, limit))
+        if split == "test":  # a strategy, or a strategy on one model alone: direct@smollm2-135m
+            limit = min(limit, args.limit_for.get(f"{strategy}@{model}" if model else strategy, limit))
         opts = auto_opts if strategy == "auto" else _options([strategy])
         seed = args.seed if seed is None else seed
         config = EvalConfig(dataset=f"bigbench:{task}@{split}", strategies=[strategy], limit=limit, seed=seed,
@@ -374,8 +374,8 @@ async def main() -> None:
     ap.add_argument("--table", default=",".join(TABLE), help="strategies of the @test table, besides direct "
                                                               "on each model, in the order they run")
     ap.add_argument("--limit-for", default="", metavar="STRATEGY=N,...",
-                    help="fewer @test examples for slow strategies, e.g. para=10 (the first N of the same sample; "
-                         "a larger N later extends that run)")
+                    help="fewer @test examples for some rows, e.g. para=10 or direct@smollm2-135m=20 (the first N "
+                         "of the same sample; a larger N later extends that run)")
     ap.add_argument("--report-only", action="store_true",
                     help="print the tables from what has run so far (e.g. while a run is still going); run nothing")
     ap.add_argument("--kv-compare", type=int, default=0, metavar="N",
