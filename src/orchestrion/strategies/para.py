@@ -30,6 +30,7 @@ from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.protocol import narrow
 from ..runtime.synthesis import Evidence, synthesize
+from ..tools.agents import ORIGINAL_MAX_CHARS
 from ..tools.envelope import ToolResult
 from .base import Answer, Strategy, Task, register
 
@@ -135,7 +136,8 @@ class Para(Strategy):
                 or uses_task_numbers(code, task):
             return call
         ctx.tracer.event("program_to_coder", {"round": rnd, "code": code[:600], "model": call.model})
-        return Call.model_construct(tool="coder", input="(the whole task)", model=call.model, args={"task": task})
+        whole = {"task": task[:ORIGINAL_MAX_CHARS]}  # the agent's argument limit
+        return Call.model_construct(tool="coder", input="(the whole task)", model=call.model, args=whole)
 
     @staticmethod
     async def _run_call(ctx: RunContext, call: Call) -> ToolResult:
