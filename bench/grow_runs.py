@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 from local_pool import PoolFactory  # the pool a run names: "local", or one of its models alone
+from refresh_para import write_merged
 
 from orchestrion import EvalConfig, TraceStore, run_eval
 from orchestrion.trace import fork_run
@@ -33,13 +34,14 @@ TASKS = ["arithmetic/3_digit_multiplication", "arithmetic/2_digit_division", "ob
 ROWS = "direct@qwen2.5-coder-1.5b,auto@local"
 
 
-async def grow(key: str, old: str, store: TraceStore, state: dict[str, str], out: Path, to: int) -> None:
+async def grow(key: str, old: str, store: TraceStore, state: dict[str, str], source: Path, out: Path,
+               to: int) -> None:
     fork = state.get(key)
     if fork is None:
         episodes = store.query("SELECT id FROM episodes WHERE run_id = ?", (old,))
         fork = fork_run(store, old, [e["id"] for e in episodes])
         state[key] = fork
-        out.write_text(json.dumps(state, indent=1))
+        write_merged(source, state, out)
         print(f"[{key}] fork {fork} of {old}", file=sys.stderr, flush=True)
     config = json.loads(store.query("SELECT config FROM runs WHERE id = ?", (fork,))[0]["config"])
     done = store.query("SELECT status FROM runs WHERE id = ?", (fork,))[0]["status"] == "finished"
@@ -67,7 +69,8 @@ async def main() -> None:
     if args.to <= args.small:
         sys.exit(f"--to {args.to} must be larger than --from {args.small}")
     old_state = json.loads(args.state.read_text())
-    state = json.loads(args.out_state.read_text()) if args.out_state.is_file() else dict(old_state)
+    before = json.loads(args.out_state.read_text()) if args.out_state.is_file() else {}
+    state = {k: v for k, v in before.items() if k.endswith(f"/{args.to}")}  # the forks made before
     store = TraceStore(args.db)
     for row in args.rows.split(","):
         for task in args.tasks.split(","):
@@ -75,7 +78,8 @@ async def main() -> None:
             if old is None:
                 print(f"[{task}] no {row} run of {args.small} in {args.state}; skipped", file=sys.stderr)
                 continue
-            await grow(f"test/{task}/{row}/{args.to}", old, store, state, args.out_state, args.to)
+            await grow(f"test/{task}/{row}/{args.to}", old, store, state, args.state, args.out_state, args.to)
+    write_merged(args.state, state, args.out_state)
     store.close()
 
 

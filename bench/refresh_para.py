@@ -8,7 +8,7 @@ keeping the episodes without such a call, and resumes the fork: only the others 
 the new code. The old run stays as it was.
 
 It prints, per task, how many episodes were kept and rerun, and the accuracy before and after.
-The forks' ids go to ``--out-state`` (a copy of ``--state`` with the ``para`` keys replaced), so
+The forks' ids go to ``--out-state`` (``--state`` as it is then, with the ``para`` keys replaced), so
 ``bench/local_pool.py --report-only --state OUT_STATE`` prints the table with the new ``para``.
 Started again, it resumes unfinished forks and skips finished ones.
 
@@ -56,14 +56,20 @@ def accuracy(store: TraceStore, run_id: str) -> tuple[float, int]:
     return (sum(scores) / len(scores) if scores else 0.0), len(scores)
 
 
-async def refresh(task: str, key: str, old: str, store: TraceStore, state: dict[str, str], out: Path) -> str:
+def write_merged(source: Path, own: dict[str, str], out: Path) -> None:
+    """``out``: the run ids ``source`` has now (another process may still be adding some), with ``own`` over them."""
+    out.write_text(json.dumps({**json.loads(source.read_text()), **own}, indent=1))
+
+
+async def refresh(task: str, key: str, old: str, store: TraceStore, state: dict[str, str], source: Path,
+                  out: Path) -> str:
     fork = state.get(key)
-    if fork is None or fork == old:
+    if fork is None:
         episodes = store.query("SELECT id, task FROM episodes WHERE run_id = ? AND finished = 1", (old,))
         keep = [e["id"] for e in episodes if not touched(store, e["id"], json.loads(e["task"])["prompt"])]
         fork = fork_run(store, old, keep)
         state[key] = fork
-        out.write_text(json.dumps(state, indent=1))
+        write_merged(source, state, out)
         print(f"[{task}] fork {fork} of {old}: {len(keep)} kept, {len(episodes) - len(keep)} to rerun",
               file=sys.stderr, flush=True)
     status = store.query("SELECT status FROM runs WHERE id = ?", (fork,))[0]["status"]
@@ -84,7 +90,8 @@ async def main() -> None:
     ap.add_argument("--tasks", default=",".join(ORDER), help="tasks, comma-separated, in the order they run")
     args = ap.parse_args()
     old_state = json.loads(args.state.read_text())
-    state = json.loads(args.out_state.read_text()) if args.out_state.is_file() else dict(old_state)
+    before = json.loads(args.out_state.read_text()) if args.out_state.is_file() else {}
+    state = {k: v for k, v in before.items() if "/para@" in k and v != old_state.get(k)}  # the forks made before
     store = TraceStore(args.db)
     print("| task | kept | rerun | para before | para after |\n|---|---|---|---|---|")
     for task in args.tasks.split(","):
@@ -93,7 +100,8 @@ async def main() -> None:
         if old is None:
             print(f"[{task}] no para run in {args.state}; skipped", file=sys.stderr)
             continue
-        fork = await refresh(task, key, old, store, state, args.out_state)
+        fork = await refresh(task, key, old, store, state, args.state, args.out_state)
+        write_merged(args.state, state, args.out_state)
         kept = store.query("SELECT COUNT(*) AS n FROM episodes e WHERE run_id = ? AND started < "
                            "(SELECT created FROM runs WHERE id = ?)", (fork, fork))[0]["n"]
         (before, n), (after, m) = accuracy(store, old), accuracy(store, fork)
