@@ -69,8 +69,8 @@ async def main() -> None:
     if args.to <= args.small:
         sys.exit(f"--to {args.to} must be larger than --from {args.small}")
     old_state = json.loads(args.state.read_text())
-    before = json.loads(args.out_state.read_text()) if args.out_state.is_file() else {}
-    state = {k: v for k, v in before.items() if k.endswith(f"/{args.to}")}  # the forks made before
+    earlier = json.loads(args.out_state.read_text()) if args.out_state.is_file() else {}
+    state = {k: v for k, v in earlier.items() if k.endswith(f"/{args.to}")}  # the forks made before
     store = TraceStore(args.db)
     for row in args.rows.split(","):
         for task in args.tasks.split(","):

@@ -90,8 +90,8 @@ async def main() -> None:
     ap.add_argument("--tasks", default=",".join(ORDER), help="tasks, comma-separated, in the order they run")
     args = ap.parse_args()
     old_state = json.loads(args.state.read_text())
-    before = json.loads(args.out_state.read_text()) if args.out_state.is_file() else {}
-    state = {k: v for k, v in before.items() if "/para@" in k and v != old_state.get(k)}  # the forks made before
+    earlier = json.loads(args.out_state.read_text()) if args.out_state.is_file() else {}
+    state = {k: v for k, v in earlier.items() if "/para@" in k and v != old_state.get(k)}  # forks made before
     store = TraceStore(args.db)
     print("| task | kept | rerun | para before | para after |\n|---|---|---|---|---|")
     for task in args.tasks.split(","):
