@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from local_pool import _scores  # the table's own reading of a run's scores
+
 from orchestrion import EvalConfig, TraceStore, run_eval
 from orchestrion.strategies.para import uses_task_numbers
 from orchestrion.trace import fork_run
@@ -50,9 +52,8 @@ def touched(store: TraceStore, episode_id: str, prompt: str) -> bool:
 
 
 def accuracy(store: TraceStore, run_id: str) -> tuple[float, int]:
-    rows = store.query("SELECT meta FROM episodes WHERE run_id = ? AND finished = 1 AND status NOT IN "
-                       "('interrupted', 'retried')", (run_id,))
-    scores = [json.loads(r["meta"] or "{}").get("score") or 0.0 for r in rows]
+    """Mean score and count of the run's counted para episodes, as the table counts them."""
+    scores = list(_scores(store, run_id, "para").values())
     return (sum(scores) / len(scores) if scores else 0.0), len(scores)
 
 

@@ -3,26 +3,14 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-from types import ModuleType, SimpleNamespace
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from tests.bench import load_bench
 
-def _learning() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "learning.py"
-    spec = importlib.util.spec_from_file_location("bench_learning", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_learning"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-learning = _learning()
+learning = load_bench("learning")
 HELD, UNSEEN = "bigbench:a@test", "bigbench:u@test"
 Metrics = dict[tuple[str, str, int], dict[str, float]]  # (row, dataset, seed) -> a run's metrics
 

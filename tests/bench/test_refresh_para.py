@@ -4,30 +4,16 @@ task (a program the coder agent ran is not the orchestrator's)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve
 from orchestrion.tools.agents import CoderAgent
 from orchestrion.tools.envelope import ToolResult
+from tests.bench import load_bench
 from tests.tools.test_agents import FakePython
 
-
-def _refresh() -> ModuleType:
-    path = Path(__file__).resolve().parents[2] / "bench" / "refresh_para.py"
-    spec = importlib.util.spec_from_file_location("bench_refresh_para", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_refresh_para"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-refresh = _refresh()
+refresh = load_bench("refresh_para")
 TASK = "I have a goat, three bears and a fish. How many animals do I have?"
 
 
