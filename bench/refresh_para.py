@@ -90,6 +90,9 @@ async def main() -> None:
     ap.add_argument("--limit", type=int, default=20, help="the para runs of this many examples")
     ap.add_argument("--tasks", default=",".join(ORDER), help="tasks, comma-separated, in the order they run")
     args = ap.parse_args()
+    if not args.state.is_file() or not args.db.is_file():
+        sys.exit(f"{args.state if not args.state.is_file() else args.db}: not found; build the table first "
+                 "with bench/local_pool.py (its run-id file and trace database)")
     old_state = json.loads(args.state.read_text())
     earlier = json.loads(args.out_state.read_text()) if args.out_state.is_file() else {}
     state = {k: v for k, v in earlier.items() if "/para@" in k and v != old_state.get(k)}  # forks made before
