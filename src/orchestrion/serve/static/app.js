@@ -419,14 +419,19 @@
         title: s.kind + " " + s.name + " [" + s.status + "] " + secs(s.start) + " → " + secs(s.shown_end) + ", " + tokens(s) + " tokens, cost " + cost(s.cost_usd) };
     });
     const rel = (date) => "+" + (date.valueOf() / 1000).toFixed(3) + "s";
+    // The grid step comes from the visible window, not from the pixel width as vis-timeline would
+    // choose it: a redraw while the width is momentarily zero asks it for one line per millisecond.
+    const axis = (ms) => { const raw = Math.max(ms / 12, 1), p = 10 ** Math.floor(Math.log10(raw));
+      return { scale: "millisecond", step: [1, 2, 5, 10].map((k) => k * p).find((x) => x >= raw) }; };
     const timeline = new vis.Timeline(container, items, groups, {
       stack: true, groupOrder: "order", showCurrentTime: false, orientation: "top", maxHeight: 520,
       // a window bounded around the episode: zooming out without limit (to thousands of years) is what
       // makes vis-timeline warn "Something is wrong with the Timeline scale"
       start: new Date(0), end: new Date(end * 1000 * 1.02), min: new Date(-end * 50), max: new Date(end * 1000 * 1.2),
       zoomMin: 10, zoomMax: end * 1000 * 1.25, margin: { item: { horizontal: -1, vertical: 4 } }, tooltip: { followMouse: true },
-      format: { minorLabels: rel, majorLabels: () => "" },
+      format: { minorLabels: rel, majorLabels: () => "" }, timeAxis: axis(end * 1000 * 1.02),
     });
+    timeline.on("rangechange", (w) => timeline.setOptions({ timeAxis: axis(w.end - w.start) }));
     timeline.on("select", (p) => { if (p.items.length) selectSpan(p.items[0]); });
     timeline.on("changed", () => { container.dataset.drawn = "1"; });  // after each redraw, items stacked
     container.dataset.items = String(items.length);
