@@ -131,6 +131,22 @@ def test_a_preset_with_a_missing_model_says_what_to_pull(monkeypatch: pytest.Mon
         Pool.preset("huge")
 
 
+def test_one_local_models_name_is_a_pool_of_that_model_alone(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    from orchestrion.cli._eval import pool_ref
+
+    _pretend_pulled(monkeypatch, tmp_path, ("smollm2-135m", "qwen2.5-coder-0.5b"))
+    monkeypatch.chdir(tmp_path)
+    pool = Pool.resolve("qwen2.5-coder-0.5b")  # what the benchmarks store as a single-model run's pool
+    assert pool.names == ["qwen2.5-coder-0.5b"] and pool.orchestrator == "qwen2.5-coder-0.5b"
+    assert pool.spec("qwen2.5-coder-0.5b").tier == 2  # the catalog's entry, price and tier kept
+    assert pool_ref("qwen2.5-coder-0.5b") == "qwen2.5-coder-0.5b"  # stored as a name: --resume finds it anywhere
+    with pytest.raises(ConfigError, match="orchestrion models pull qwen2.5-coder-1.5b"):
+        Pool.resolve("qwen2.5-coder-1.5b")
+    (tmp_path / "qwen2.5-coder-0.5b").write_text("models: [{name: mine, backend: scripted}]\n")
+    assert Pool.resolve("qwen2.5-coder-0.5b").names == ["mine"]  # a file of that name wins
+
+
 def test_default_pool_is_local_once_pulled_else_tiny_with_a_hint(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

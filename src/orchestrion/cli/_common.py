@@ -51,7 +51,8 @@ def checked_pool(value: Path | None) -> Path | None:
 
 PoolOpt = Annotated[Path | None, typer.Option(
     "--pool", callback=checked_pool,
-    help="pool.yaml, or a preset: local (three pulled models) or tiny (SmolLM2 alone); "
+    help="pool.yaml, or a preset: local (three pulled models), tiny (SmolLM2 alone) or one pulled model's "
+         "name (that model alone); "
          "default: $ORCHESTRION_POOL, else local once pulled, else tiny")]
 DbOpt = Annotated[Path | None, typer.Option("--db",
                                             help="trace database; default $ORCHESTRION_DB or ~/.orchestrion/traces.db")]

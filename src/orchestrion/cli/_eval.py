@@ -19,7 +19,7 @@ from ..eval.executors import Outcome, make_executor
 from ..eval.runner import EvalConfig, EvalRun, Observer, Tally, resume_command, resume_config, run_eval
 from ..eval.summary import counted_episodes, summarize, summary_table
 from ..models.pool import default_pool_ref
-from ..models.presets import PRESETS
+from ..models.presets import is_preset
 from ..runtime.budget import Budget
 from ..status import EpisodeStatus
 from ..trace.store import TraceStore
@@ -184,7 +184,7 @@ def register(app: typer.Typer) -> None:
 def pool_ref(ref: str) -> str:
     """What a run stores as its pool: a preset name as is, a file as its absolute path, so that
     ``--resume`` finds it from any folder."""
-    if ref in PRESETS and not Path(ref).is_file():
+    if is_preset(ref) and not Path(ref).is_file():
         return ref
     return str(Path(ref).expanduser().resolve())
 

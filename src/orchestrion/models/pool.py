@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .._errors import ConfigError, ModelNotFoundError
 from .._text import load_yaml
 from .cost import Price
-from .presets import PRESETS, missing, preset_config
+from .presets import is_preset, missing, preset_config
 from .protocol import Model
 from .spec import ModelSpec
 from .types import Completion, GenerateConfig, Message
@@ -105,19 +105,21 @@ class Pool:
 
     @classmethod
     def preset(cls, name: str) -> Pool:
-        """A built-in pool: ``local`` (three catalog models, tiers 1-3) or ``tiny`` (SmolLM2 alone)."""
+        """A built-in pool: ``local`` (three catalog models, tiers 1-3), ``tiny`` (SmolLM2 alone), or
+        one local model's name (that model alone, e.g. ``qwen2.5-coder-1.5b``)."""
         return cls._validated(preset_config(name), f"preset '{name}'")
 
     @classmethod
     def resolve(cls, ref: str | Path | None = None) -> Pool:
-        """The pool ``ref`` names: a pool.yaml path, a preset name, or (``None``) the default.
+        """The pool ``ref`` names: a pool.yaml path, a preset name (``local``, ``tiny``, or one local
+        model's name for that model alone), or (``None``) the default.
 
         The default is ``$ORCHESTRION_POOL`` when set, else ``local`` once its models are
         pulled, else ``tiny`` (with a one-time hint on stderr saying how to get ``local``).
         """
         if ref is None:
             ref = default_pool_ref()
-        if str(ref) in PRESETS and not Path(ref).is_file():
+        if is_preset(str(ref)) and not Path(ref).is_file():
             return cls.preset(str(ref))
         return cls.from_yaml(ref)
 

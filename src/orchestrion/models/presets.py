@@ -55,6 +55,12 @@ LOCAL_ROLES = {"orchestrator": "qwen2.5-coder-1.5b", "synthesizer": "qwen2.5-cod
 PRESETS = ("local", "tiny")
 
 
+def is_preset(name: str) -> bool:
+    """Whether ``name`` is a built-in pool: ``local``, ``tiny``, or one local model's name (that
+    model alone, e.g. ``qwen2.5-coder-1.5b``)."""
+    return name in PRESETS or name in LOCAL_MODELS
+
+
 def local_specs() -> list[dict[str, object]]:
     """The local pool's entries as pool.yaml mappings (without a backend or path)."""
     return [
@@ -76,13 +82,15 @@ def missing(names: tuple[str, ...] = LOCAL_MODELS) -> list[str]:
 
 
 def preset_config(name: str) -> dict[str, object]:
-    """The pool.yaml mapping of preset ``name`` (``local`` or ``tiny``), with file paths.
+    """The pool.yaml mapping of preset ``name`` (``local``, ``tiny`` or one local model alone),
+    with file paths.
 
     Raises :class:`ConfigError` naming what to pull when a model file is missing.
     """
-    if name not in PRESETS:
-        raise ConfigError(f"unknown pool preset '{name}'; presets: {', '.join(PRESETS)}, or give a pool.yaml path")
-    names = LOCAL_MODELS if name == "local" else TINY_MODELS
+    if not is_preset(name):
+        raise ConfigError(f"unknown pool preset '{name}'; presets: {', '.join(PRESETS)}, one local model alone "
+                          f"({', '.join(LOCAL_MODELS)}), or give a pool.yaml path")
+    names = LOCAL_MODELS if name == "local" else TINY_MODELS if name == "tiny" else (name,)
     paths = {n: pulled_path(n) for n in names}
     gone = [n for n, path in paths.items() if path is None]
     if gone:
