@@ -1,5 +1,5 @@
 """Greedy episodes give the same answers and decisions, token for token, with the prefix cache
-on and off: 10 episodes (para and cot, 5 tasks each) on the real SmolLM2-135M."""
+on and off: 8 episodes (para on 3 tasks, cot on 5) on the real SmolLM2-135M."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ pytestmark = pytest.mark.integration
 
 TASKS = ["What is 12*13?", "What is 7+8?", "Sort these words: pear apple fig.", "Is 91 a prime number?",
          "What is 100-37?"]
-STRATEGIES = ("para", "cot")
+# para on the first three tasks (a product, a sum, a list: its episodes are the slow ones), cot on all five
+STRATEGIES = {"para": TASKS[:3], "cot": TASKS}
 
 
 async def _episodes(prefix_cache: bool, store: TraceStore) -> list[dict[str, Any]]:
@@ -28,8 +29,8 @@ async def _episodes(prefix_cache: bool, store: TraceStore) -> list[dict[str, Any
     pool._models[EMBEDDED_NAME] = model
     out = []
     try:
-        for strategy in STRATEGIES:
-            for task in TASKS:
+        for strategy, tasks in STRATEGIES.items():
+            for task in tasks:
                 res = await solve(task, strategy=strategy, pool=pool, store=store,
                                   options={"max_rounds": 2, "max_tokens": 48} if strategy == "para"
                                   else {"max_tokens": 48})
@@ -47,7 +48,7 @@ async def _episodes(prefix_cache: bool, store: TraceStore) -> list[dict[str, Any
 async def test_answers_and_decisions_are_identical_with_the_prefix_cache_on_and_off(store: TraceStore) -> None:
     off = await _episodes(False, store)
     on = await _episodes(True, store)
-    assert len(on) == len(off) == 10
+    assert len(on) == len(off) == 8
     for a, b in zip(off, on):
         assert a["answer"] == b["answer"]
         assert a["decisions"] == b["decisions"]
