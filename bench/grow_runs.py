@@ -63,7 +63,7 @@ async def main() -> None:
     ap.add_argument("--out-state", type=Path, required=True, help="where the run ids with the grown forks go")
     ap.add_argument("--from", dest="small", type=int, default=20, help="the runs' present number of examples")
     ap.add_argument("--to", type=int, default=40, help="the number of examples to grow them to")
-    ap.add_argument("--rows", default=ROWS, help="rows as strategy@model, comma-separated, in the order they run")
+    ap.add_argument("--rows", default=ROWS, help="rows as strategy@model, comma-separated (in this order per task)")
     ap.add_argument("--tasks", default=",".join(TASKS), help="tasks, comma-separated")
     args = ap.parse_args()
     if args.to <= args.small:
@@ -75,8 +75,8 @@ async def main() -> None:
     earlier = json.loads(args.out_state.read_text()) if args.out_state.is_file() else {}
     state = {k: v for k, v in earlier.items() if k.endswith(f"/{args.to}")}  # the forks made before
     store = TraceStore(args.db)
-    for row in args.rows.split(","):
-        for task in args.tasks.split(","):
+    for task in args.tasks.split(","):  # task by task: a run stopped early leaves whole tasks, every row grown
+        for row in args.rows.split(","):
             old = old_state.get(f"test/{task}/{row}/{args.small}")
             if old is None:
                 print(f"[{task}] no {row} run of {args.small} in {args.state}; skipped", file=sys.stderr)
