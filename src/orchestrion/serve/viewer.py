@@ -33,7 +33,7 @@ Neither path creates the database file: the watcher opens it read-only.
 bundle opens from disk with no server. There the list sorts and filters the embedded episodes
 as the API would, the charts are drawn over all of them (the list's filters apply to the served
 charts only), and annotations are shown but not editable. The graph and timeline are drawn by
-vis-network and vis-timeline, vendored under ``static/vendor/``.
+vis-network and vis-timeline, vendored under ``static/vendor/`` (``static/widgets.js``).
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ from ._exposure import api_key, key_matches, refuse_exposure
 from ._viewer_charts import charts
 
 DATA_PLACEHOLDER = "<!-- orchestrion:data -->"
-ASSETS = ("app.js", "app.css", "charts.js", "diff.js")  # static/ files besides index.html and vendor/
+ASSETS = ("app.js", "app.css", "charts.js", "diff.js", "widgets.js")  # static/ files besides index.html and vendor/
 EXPORT_LIMIT = 2000  # newest episodes embedded in a static bundle
 WATCH_INTERVAL_S = 0.5  # how often the stream looks for writes of another process
 HEARTBEAT_S = 15.0  # an SSE comment this often keeps proxies from closing an idle stream
