@@ -4,6 +4,7 @@ stream helper that checks the event order), and the server's /docs, /openapi.jso
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -127,10 +128,16 @@ def test_docs_openapi_and_version(store: TraceStore, monkeypatch: pytest.MonkeyP
         version = httpx.get(root + "/version", timeout=10)
         doc = httpx.get(root + "/openapi.json", timeout=10)
         page = httpx.get(root + "/docs", timeout=10)
+        assets = [httpx.get(root + "/docs/assets/" + name, timeout=10)
+                  for name in ("swagger-ui-bundle.js", "swagger-ui.css", "..%2Fapp.js")]
         locked = httpx.get(url + "/models", timeout=10)
     assert version.status_code == 200 and version.json() == {"version": orchestrion.__version__}
     assert locked.status_code == 401  # the API still wants its key; the docs and version do not
     assert page.status_code == 200 and "swagger" in page.text.lower() and "/openapi.json" in page.text
+    assert not re.findall(r"(?:src|href)=\"https?://", page.text)  # nothing from a CDN: /docs works offline
+    js, css, outside = assets
+    assert js.status_code == css.status_code == 200 and "SwaggerUIBundle" in js.text and ".swagger-ui" in css.text
+    assert outside.status_code == 404  # only the two files, nothing else of the package
     spec = doc.json()
     assert spec["info"]["version"] == orchestrion.__version__
     assert {"/v1/chat/completions", "/v1/responses", "/v1/models", "/version", "/health"} <= set(spec["paths"])

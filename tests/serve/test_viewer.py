@@ -653,6 +653,7 @@ def test_static_export_opens_from_disk(browser: Chromium, episodes: Episodes, tm
     index = export_static(episodes.store, tmp_path / "bundle")
     assert index == tmp_path / "bundle" / "index.html"
     assert {p.name for p in index.parent.iterdir()} >= {"index.html", "app.js", "app.css", "data.js", "vendor"}
+    assert not list((index.parent / "vendor").glob("swagger-ui*"))  # serve's /docs assets stay out of the bundle
     base = index.as_uri()
     page, errors, requests = _open(browser, base)
     try:

@@ -9,8 +9,8 @@ headers, progress chunks, errors) is documented in :mod:`orchestrion.serve._open
 :mod:`._bodies` and :mod:`._responses`; what happens to each request field in :mod:`._fields`.
 ``GET /health`` says the server is up and ``GET /version`` gives the Orchestrion version (no
 key needed for either); ``GET /metrics`` is Prometheus text (:mod:`orchestrion.serve._metrics`);
-``/docs`` and ``/openapi.json`` are FastAPI's own (Swagger UI and the OpenAPI document, with
-every request field and what happens to it).
+``/docs`` is Swagger UI over ``/openapi.json`` (the OpenAPI document, with every request field and
+what happens to it); its script and stylesheet are served from the package, so it works offline.
 
 Every episode in flight is an asyncio task: a full server answers 429 instead of queueing,
 and a client that disconnects has its episode cancelled, which ``run_episode`` records as
@@ -39,8 +39,9 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -58,10 +59,12 @@ from ._recover import own_run, recover_dead_runs
 from ._responses import ResponsesRequest, new_response_id, parse_responses, response_body, responses_sse
 from ._service import Run, ServeSettings, Service
 from ._stream import EpisodeStream, chat_sse
+from .viewer import static_dir
 
 __all__ = ["ServeSettings", "base_url", "bind_socket", "check_exposure", "create_app", "run_server"]
 PROGRESS_HEADER = "X-Orchestrion-Progress"  # "true": a chat stream carries progress chunks
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+DOCS_ASSETS = "/docs/assets"  # Swagger UI's script and stylesheet, vendored in static/vendor/ (no CDN)
 
 
 def version() -> str:
@@ -97,7 +100,7 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
         if store is None:
             await asyncio.to_thread(svc.store.close)
 
-    app = FastAPI(title="orchestrion serve", version=version(), lifespan=lifespan, redoc_url=None,
+    app = FastAPI(title="orchestrion serve", version=version(), lifespan=lifespan, redoc_url=None, docs_url=None,
                   description="Every Orchestrion strategy as a model (orchestrion/<strategy>) behind an "
                               "OpenAI-compatible API. Each request runs one traced episode.")
     app.state.service = svc
@@ -114,6 +117,18 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
     @app.get("/version", summary="The Orchestrion version (no key needed)")
     async def get_version() -> JSONResponse:
         return JSONResponse({"version": version()})
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:  # Swagger UI from the package's own copy: /docs works offline
+        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - API",
+                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css", swagger_favicon_url="data:,")
+
+    @app.get(DOCS_ASSETS + "/{name}", include_in_schema=False)
+    async def docs_asset(name: str) -> FileResponse:
+        if name not in ("swagger-ui-bundle.js", "swagger-ui.css"):
+            raise StarletteHTTPException(404, f"no docs asset '{name}'")
+        return FileResponse(static_dir() / "vendor" / name)
 
     @app.get("/metrics", summary="Prometheus metrics")
     async def metrics(request: Request) -> Response:

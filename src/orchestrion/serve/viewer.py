@@ -266,7 +266,8 @@ def export_static(store: TraceStore, out_dir: Path) -> Path:
 def _write_bundle(folder: Path, page: str, payload: bytes) -> None:
     """The page, its assets and ``data.js`` in ``folder``."""
     src = static_dir()
-    shutil.copytree(src / "vendor", folder / "vendor", copy_function=shutil.copyfile)
+    shutil.copytree(src / "vendor", folder / "vendor", copy_function=shutil.copyfile,
+                    ignore=shutil.ignore_patterns("swagger-ui*"))  # serve's /docs, not the viewer's
     for name in ASSETS:
         shutil.copyfile(src / name, folder / name)
     (folder / "data.js").write_bytes(b"window.ORCHESTRION_DATA = " + payload + b";\n")
