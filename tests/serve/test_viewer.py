@@ -888,3 +888,20 @@ def test_page_sorts_annotates_charts_and_diffs(browser: Chromium, pair: Pair, tm
         page.close()
     assert not errors, errors
     assert all(u.startswith("file://") for u in requests)
+
+
+def test_serve_docs_page_draws_swagger_ui_with_no_request_off_the_server(browser: Chromium, tmp_path: Path) -> None:
+    from tests.serve.test_server import direct_pool, serving
+
+    with serving(direct_pool(), TraceStore(tmp_path / "t.db")) as url:
+        root = url.removesuffix("/v1")
+        page, errors, requests = _open(browser, root + "/docs")
+        try:
+            page.wait_for_selector(".swagger-ui .info .title", timeout=15_000)
+            title = page.locator(".swagger-ui .info .title").inner_text()
+            operations = page.locator(".opblock").count()
+        finally:
+            page.close()
+    assert title.startswith("orchestrion serve") and operations >= 5, (title, operations)
+    assert all(u.startswith(root) for u in requests), [u for u in requests if not u.startswith(root)]
+    assert not errors, errors
