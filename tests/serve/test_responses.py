@@ -153,6 +153,18 @@ def test_docs_openapi_and_version(store: TraceStore, monkeypatch: pytest.MonkeyP
     assert refs <= set(schemas), f"dangling references: {refs - set(schemas)}"
 
 
+def test_docs_behind_a_path_prefix_loads_its_assets_under_the_prefix(store: TraceStore) -> None:
+    from fastapi.testclient import TestClient
+
+    from orchestrion.serve.server import ServeSettings, create_app
+
+    app = create_app(ServeSettings(), pool=direct_pool(), store=store)
+    with TestClient(app, root_path="/llm") as http:
+        page = http.get("/docs").text
+    assert '"/llm/docs/assets/swagger-ui-bundle.js"' in page and '"/llm/docs/assets/swagger-ui.css"' in page
+    assert "'/llm/openapi.json'" in page or '"/llm/openapi.json"' in page
+
+
 def _refs(node: object) -> list[str]:
     if isinstance(node, dict):
         return [v for k, v in node.items() if k == "$ref" and isinstance(v, str)] + \

@@ -119,10 +119,11 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
         return JSONResponse({"version": version()})
 
     @app.get("/docs", include_in_schema=False)
-    async def docs() -> HTMLResponse:  # Swagger UI from the package's own copy: /docs works offline
-        return get_swagger_ui_html(openapi_url="/openapi.json", title=f"{app.title} - API",
-                                   swagger_js_url=f"{DOCS_ASSETS}/swagger-ui-bundle.js",
-                                   swagger_css_url=f"{DOCS_ASSETS}/swagger-ui.css", swagger_favicon_url="data:,")
+    async def docs(request: Request) -> HTMLResponse:  # Swagger UI from the package's own copy: works offline
+        root = str(request.scope.get("root_path", "")).rstrip("/")  # behind a proxy's path prefix too
+        return get_swagger_ui_html(openapi_url=f"{root}/openapi.json", title=f"{app.title} - API",
+                                   swagger_js_url=f"{root}{DOCS_ASSETS}/swagger-ui-bundle.js",
+                                   swagger_css_url=f"{root}{DOCS_ASSETS}/swagger-ui.css", swagger_favicon_url="data:,")
 
     @app.get(DOCS_ASSETS + "/{name}", include_in_schema=False)
     async def docs_asset(name: str) -> FileResponse:
