@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from local_pool import PoolFactory  # the pool a run names: "local", or one of its models alone
-from refresh_para import write_merged
+from refresh_para import need_table, write_merged
 
 from orchestrion import EvalConfig, TraceStore, run_eval
 from orchestrion.trace import fork_run
@@ -68,9 +68,7 @@ async def main() -> None:
     args = ap.parse_args()
     if args.to <= args.small:
         sys.exit(f"--to {args.to} must be larger than --from {args.small}")
-    if not args.state.is_file() or not args.db.is_file():
-        sys.exit(f"{args.state if not args.state.is_file() else args.db}: not found; build the table first "
-                 "with bench/local_pool.py (its run-id file and trace database)")
+    need_table(args.state, args.db)
     old_state = json.loads(args.state.read_text())
     earlier = json.loads(args.out_state.read_text()) if args.out_state.is_file() else {}
     state = {k: v for k, v in earlier.items() if k.endswith(f"/{args.to}")}  # the forks made before

@@ -57,6 +57,14 @@ def accuracy(store: TraceStore, run_id: str) -> tuple[float, int]:
     return (sum(scores) / len(scores) if scores else 0.0), len(scores)
 
 
+def need_table(state: Path, db: Path) -> None:
+    """Exit with one line when the table's run-id file or trace database is missing."""
+    for path in (state, db):
+        if not path.is_file():
+            sys.exit(f"{path}: not found; build the table first with bench/local_pool.py (its run-id file "
+                     "and trace database)")
+
+
 def write_merged(source: Path, own: dict[str, str], out: Path) -> None:
     """``out``: the run ids ``source`` has now (another process may still be adding some), with ``own`` over them."""
     out.write_text(json.dumps({**json.loads(source.read_text()), **own}, indent=1))
@@ -90,9 +98,7 @@ async def main() -> None:
     ap.add_argument("--limit", type=int, default=20, help="the para runs of this many examples")
     ap.add_argument("--tasks", default=",".join(ORDER), help="tasks, comma-separated, in the order they run")
     args = ap.parse_args()
-    if not args.state.is_file() or not args.db.is_file():
-        sys.exit(f"{args.state if not args.state.is_file() else args.db}: not found; build the table first "
-                 "with bench/local_pool.py (its run-id file and trace database)")
+    need_table(args.state, args.db)
     old_state = json.loads(args.state.read_text())
     earlier = json.loads(args.out_state.read_text()) if args.out_state.is_file() else {}
     state = {k: v for k, v in earlier.items() if "/para@" in k and v != old_state.get(k)}  # forks made before

@@ -384,7 +384,7 @@
   }
 
   // -- the graph and the timeline are drawn by widgets.js (vis-network, vis-timeline) ----------
-  function drawGraph(container, g) { return window.orchestrionWidgets.graph(kit, container, g, selectSpan); }
+  function drawGraph(container, g) { return window.orchestrionWidgets.graph(container, g, selectSpan); }
   function drawTimeline(container, d, span) {
     const timeline = window.orchestrionWidgets.timeline(kit, container, d, span, selectSpan);
     view.timelines.push(timeline);

@@ -1,13 +1,14 @@
-// Orchestrion trace viewer: the two vis widgets of an episode. graph() draws the span graph or the
-// plan DAG (vis-network), timeline() one bar per span in one lane per kind (vis-timeline); a click
-// on a node or a bar calls selectSpan(span id). kit: app.js's helpers (el, cls, secs, tokens, cost).
+// Orchestrion trace viewer: the two vis widgets of an episode. graph(container, g, selectSpan)
+// draws the span graph or the plan DAG (vis-network); timeline(kit, container, d, span, selectSpan)
+// one bar per span in one lane per kind (vis-timeline). A click on a node or a bar calls
+// selectSpan(span id). kit: app.js's helpers (el, cls, secs, tokens, cost).
 "use strict";
 window.orchestrionWidgets = (function () {
   const COLORS = { ok: ["#d8f0dd", "#2e7d32"], running: ["#fff4c2", "#b58900"], skipped: ["#eeeeee", "#888888"],
     missing: ["#eeeeee", "#888888"], cancelled: ["#eeeeee", "#888888"], invalid: ["#ffe0b2", "#e65100"] };
   const color = (status) => { const c = COLORS[status] || ["#fde0e0", "#c62828"]; return { background: c[0], border: c[1] }; };
 
-  function graph(kit, container, g, selectSpan) {
+  function graph(container, g, selectSpan) {
     const plan = g.mode === "plan";
     const nodes = g.nodes.map((n) => ({ id: n.id, label: n.label, title: n.title, level: plan ? undefined : n.level,
       color: color(n.status), shape: "box", font: { face: "monospace", size: 12, multi: false }, margin: 8 }));
