@@ -61,3 +61,15 @@ def test_a_seed_without_a_finished_run_is_not_paired() -> None:
     del metrics[("student:grpo", HELD, 3)]
     line = learning.compare(bench(metrics, ["sft", "grpo"]), "student:grpo", "student:sft", [HELD])
     assert line is not None and "over 2 seed(s)" in line
+
+
+def test_grpo_steps_are_tabled_from_the_train_log(tmp_path: Any) -> None:
+    log = tmp_path / "train_log.json"
+    assert learning.grpo_steps(log) == []  # GRPO has not run: nothing to show
+    log.write_text('{"steps": [{"step": 1, "episodes": 16, "groups": 4, "groups_kept": 3, "mean_reward": 0.5, '
+                   '"reward_sd": 0.25, "valid_rate": 0.9, "decisions": 40, "trained": 31, "loss": 0.0123, '
+                   '"wall_s": 301.4}, {"step": 2, "episodes": 16, "groups": 4, "groups_kept": 0, '
+                   '"mean_reward": 1.0, "valid_rate": null, "loss": null}]}')
+    lines = learning.grpo_steps(log)
+    assert "| 1 | 16 | 3/4 | 0.500 ± 0.250 | 0.900 | 31/40 | 0.0123 | 301 |" in lines
+    assert "| 2 | 16 | 0/4 | 1.000 ± 0.000 | - | 0/0 | - | 0 |" in lines

@@ -229,3 +229,14 @@ async def test_efficiency_prefers_the_cheaper_tier_for_the_same_work(store: Trac
         rewards[tier] = episode_rewards(store, res.trace_id, RewardConfig(cost_units_target=0.1))
     assert rewards[3]["efficiency_cost"] < rewards[1]["efficiency_cost"] <= 0
     assert rewards[3]["efficiency_tokens"] == rewards[1]["efficiency_tokens"]
+
+
+def test_the_delegation_rewards_price_compute_and_not_parallelism() -> None:
+    """examples/rewards_delegation.yaml (bench/learning.py --mixed) loads, drops the diversity term
+    and makes an episode over its compute-unit target cost more than the default mix does."""
+    cfg = RewardConfig.from_yaml(EXAMPLE.with_name("rewards_delegation.yaml"))
+    assert cfg.weights["diversity"] == 0.0 and cfg.weights["outcome"] == 1.0
+    spent = 6.0  # compute units: under the default target (8), over this one
+    ours = combine({"outcome": 1.0, "efficiency_cost": soft_budget_penalty(spent, cfg.cost_units_target)}, cfg)
+    default = combine({"outcome": 1.0, "efficiency_cost": soft_budget_penalty(spent, 8.0)}, RewardConfig())
+    assert default == 1.0 and ours < 0.9
