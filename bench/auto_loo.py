@@ -10,7 +10,7 @@ filter is in the SQL), so the ``@test`` table stays untouched by the choice.
 
 Run from the repository root, after ``bench/local_pool.py`` has built the history::
 
-    .venv/bin/python bench/auto_loo.py --k 12 --prior-weight 2,6,10 --relative-similarity 0.8,0.6,0.5
+    .venv/bin/python bench/auto_loo.py --k 12 --prior-weight 2,6,10 --relative-similarity 0.8,0.6,0.5 --safe-z none,1,2
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ Paired = dict[str, tuple[dict[str, float], dict[str, float]]]  # task -> (auto's
 
 
 def leave_one_out(history: list[Outcome], tasks: dict[str, str], arms: list[str], k: int,
-                  prior_weight: float, relative_similarity: float) -> Paired:
+                  prior_weight: float, relative_similarity: float, safe_z: float | None = None) -> Paired:
     """Per task: what auto scored on each prompt, and what the first arm scored there."""
     scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for h in history:
@@ -46,7 +46,7 @@ def leave_one_out(history: list[Outcome], tasks: dict[str, str], arms: list[str]
             continue  # judged only where every arm has a score to fall back on
         rest = [h for h in history if h.prompt != prompt]
         arm = choose_arm(prompt, rest, arms, k=k, prior_weight=prior_weight,
-                         relative_similarity=relative_similarity).arm
+                         relative_similarity=relative_similarity, safe_z=safe_z).arm
         got, base = out[tasks[prompt]]
         got[prompt] = sum(by_arm[arm]) / len(by_arm[arm])
         base[prompt] = sum(by_arm[arms[0]]) / len(by_arm[arms[0]])
@@ -60,6 +60,8 @@ def main() -> None:
     ap.add_argument("--k", default="8,12", help="neighbour counts to try, comma-separated")
     ap.add_argument("--prior-weight", default="2,6,10", help="prior weights to try, comma-separated")
     ap.add_argument("--relative-similarity", default="0.8,0.6", help="neighbour cutoffs to try, comma-separated")
+    ap.add_argument("--safe-z", default="none", help="guards of the first arm to try (auto's safe_z), comma-"
+                                                     "separated; none = no guard")
     args = ap.parse_args()
     if not args.db.exists():
         sys.exit(f"{args.db}: no trace database; build the history first with bench/local_pool.py --history-only")
@@ -68,17 +70,19 @@ def main() -> None:
     tasks = {r.task_value()["prompt"]: task_name(r.task_id or "?") for r in rows if isinstance(r.task_value(), dict)}
     history = [h for h in parse_outcomes(rows) if h.arm in arms]
     print(f"{len(history)} @train outcomes of {len(arms)} arms over {len(set(tasks.values()))} tasks", file=sys.stderr)
-    print("| k | prior_weight | relative_similarity | mean difference | tasks below -1 se | per task |\n"
-          "|---|---|---|---|---|---|")
-    grid = [(int(k), float(pw), float(rel)) for k in args.k.split(",") for pw in args.prior_weight.split(",")
-            for rel in args.relative_similarity.split(",")]
-    for k, pw, rel in grid:
-        per_task = leave_one_out(history, tasks, arms, k, pw, rel)
+    print("| k | prior_weight | relative_similarity | safe_z | mean difference | tasks below -1 se | per task |\n"
+          "|---|---|---|---|---|---|---|")
+    guards = [None if z.strip() == "none" else float(z) for z in args.safe_z.split(",")]
+    grid = [(int(k), float(pw), float(rel), z) for k in args.k.split(",") for pw in args.prior_weight.split(",")
+            for rel in args.relative_similarity.split(",") for z in guards]
+    for k, pw, rel, z in grid:
+        per_task = leave_one_out(history, tasks, arms, k, pw, rel, z)
         diffs = {t: paired_difference(got, base) for t, (got, base) in sorted(per_task.items())}
         below = [t for t, (d, se, _) in diffs.items() if d < -se - 1e-9]
         mean = sum(d for d, _, _ in diffs.values()) / max(1, len(diffs))
         cells = ", ".join(f"{t.split('/')[-1]} {d:+.2f} ± {se:.2f}" for t, (d, se, _) in diffs.items())
-        print(f"| {k} | {pw:g} | {rel:g} | {mean:+.3f} | {len(below)} | {cells} |", flush=True)
+        print(f"| {k} | {pw:g} | {rel:g} | {'none' if z is None else f'{z:g}'} | {mean:+.3f} | {len(below)} "
+              f"| {cells} |", flush=True)
 
 
 if __name__ == "__main__":

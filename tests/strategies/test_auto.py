@@ -161,3 +161,24 @@ async def test_auto_runs_orchestrators_with_their_arm_options(store: TraceStore)
 async def test_bad_arms_are_one_line_config_errors(store: TraceStore, arm: str, message: str) -> None:
     res = await solve("q", strategy="auto", pool=pool(), store=store, options={"arms": [arm]})
     assert res.status == "error" and message in (res.error or "") and "\n" not in (res.error or "")
+
+
+def test_safe_z_keeps_the_baseline_unless_an_arm_is_clear_of_it() -> None:
+    """With ``safe_z`` the first arm is replaced only by an arm that beats it paired by z se, or ties it."""
+    base = [1.0] * 4 + [0.0] * 12
+    noisy = [1.0, 1.0, 0.0, 0.0] + [1.0] * 4 + [0.0] * 8  # loses 2 of base's wins, wins 4 others: +0.12 ± 0.15
+    clear = [1.0] * 16
+    arms = ["direct:big", "direct:small", "program:big"]
+
+    def pick(small: list[float], program: list[float], z: float | None) -> Any:
+        history = (outcomes(SORT, "direct:big", base, 1.0) + outcomes(SORT, "direct:small", small, 0.1)
+                   + outcomes(SORT, "program:big", program, 3.0))
+        return choose_arm(SORT.format("q r"), history, arms, k=16, relative_similarity=0.0, prior_weight=0, safe_z=z)
+
+    assert pick(noisy, base, None).arm == "direct:small"  # unguarded: the cheapest as good as the best
+    guarded = pick(noisy, base, 1.0)
+    assert guarded.arm == "direct:big" and "not clear of direct:big by 1 se" in guarded.reason
+    assert "direct:small +0.12" in guarded.reason
+    assert pick(clear, base, 2.0).arm == "direct:small"  # far above the baseline: the guard lets it run
+    assert pick(base, [0.0] * 16, 2.0).arm == "direct:small"  # a tie on every example, and cheaper
+    assert pick(noisy, clear, 2.0).arm == "program:big"  # the best, clear of the baseline

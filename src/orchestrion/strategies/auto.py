@@ -29,6 +29,11 @@ Choice (pure, in :func:`choose_arm`):
    error of that paired difference (arms that agree example by example have a small paired error;
    an arm that loses examples the best wins has not). The cheapest arm that is as good as the best
    is chosen (ties: the candidates' order).
+4. with ``safe_z`` set, the first candidate (``direct`` on the orchestrator) is a guarded baseline:
+   an arm replaces it only when its paired difference from it on the neighbours both ran is
+   ``safe_z`` standard errors above zero, or zero on every one of them (a tie, at lower cost);
+   with no arm left, the baseline runs. A gap inside the noise of a few dozen past examples can
+   turn around on new ones, and this guard trades some of the mean for never paying that.
 
 The defaults (``k`` = 12, ``prior_weight`` = 6, ``relative_similarity`` = 0.5) scored best in a
 leave-one-out over the local pool's ``@train`` history (``bench/auto_loo.py``): an arm needs more
@@ -148,8 +153,9 @@ def _ranked(query: str, history: Sequence[Outcome], candidates: Sequence[str],
 
 def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str], *, k: int = 12,
                min_trials: int = 2, explore: bool = True, relative_similarity: float = 0.5,
-               prior_weight: float = 6.0) -> AutoChoice:
-    """Pick the arm for ``query`` (see the module doc); ``candidates`` in preference order."""
+               prior_weight: float = 6.0, safe_z: float | None = None) -> AutoChoice:
+    """Pick the arm for ``query`` (see the module doc); ``candidates`` in preference order, the first
+    the baseline that ``safe_z`` guards."""
     ranked = _ranked(query, history, candidates, relative_similarity)
     ran: dict[str, dict[str, list[Outcome]]] = {}  # arm -> prompt -> its episodes
     overall: dict[str, list[float]] = {}
@@ -184,15 +190,42 @@ def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str]
         st.vs_best = paired_difference(per_prompt[a], per_prompt[top])[:2] if a != top else (0.0, 0.0)
     good = [a for a, st in stats.items() if a == top or (
         st.pulled >= best.pulled - math.hypot(st.se, best.se) and st.vs_best[0] >= -st.vs_best[1])]
+    guarded = ""
+    if safe_z is not None:
+        good, guarded = _safe(good, candidates[0], per_prompt, safe_z)
+    reason = (f"best on the {len(neighbours)} nearest past tasks: {top} (mean {best.mean:.2f} ± {best.se:.2f} "
+              f"over {best.n}, pulled to {best.pulled:.2f} by its record elsewhere)")
+    if not good:  # the guard left none: the baseline runs
+        return AutoChoice(candidates[0], reason + guarded, False, stats, neighbours)
+    reason += "; "
     arm = min(good, key=lambda a: (stats[a].cost_units, candidates.index(a)))
     chosen = stats[arm]
-    reason = (f"best on the {len(neighbours)} nearest past tasks: {top} (mean {best.mean:.2f} ± {best.se:.2f} "
-              f"over {best.n}, pulled to {best.pulled:.2f} by its record elsewhere); ")
     reason += (f"{arm} is the cheapest as good as it (mean {chosen.mean:.2f}, {chosen.vs_best[0]:+.2f} ± "
                f"{chosen.vs_best[1]:.2f} against it example by example, {chosen.cost_units:.2f} compute units "
                f"per episode)" if arm != top else
                f"no cheaper arm is as good ({best.cost_units:.2f} compute units per episode)")
-    return AutoChoice(arm, reason, False, stats, neighbours)
+    return AutoChoice(arm, reason + guarded, False, stats, neighbours)
+
+
+def _safe(good: list[str], baseline: str, per_prompt: Mapping[str, Mapping[str, float]],
+          z: float) -> tuple[list[str], str]:
+    """The arms of ``good`` that may replace ``baseline``: those whose paired difference from it, on
+    the neighbours both ran, is at least ``z`` standard errors above zero (``mean - z * se >= 0``; an
+    arm that ties it example by example passes). With none left the baseline runs. Returns them and
+    a note for the reason."""
+    if baseline not in per_prompt:
+        return good, "; the baseline has no neighbours to guard with"
+    kept, dropped = [], []
+    for a in good:
+        diff, se, _ = paired_difference(per_prompt[a], per_prompt[baseline]) if a != baseline else (0.0, 0.0, 0)
+        if diff - z * se >= -1e-12:
+            kept.append(a)
+        else:
+            dropped.append(f"{a} {diff:+.2f} ± {se:.2f}")
+    if not dropped:
+        return kept, ""
+    return kept, (f"; not clear of {baseline} by {z:g} se (paired): {', '.join(dropped)}"
+                  + ("" if kept else f", so {baseline} runs"))
 
 
 def parse_outcomes(rows: Iterable[ScoredRow]) -> list[Outcome]:
@@ -251,6 +284,10 @@ class Auto(Strategy):
         prior_weight: float = Field(
             default=6.0, ge=0, description="pseudo episodes at an arm's mean over all history that its mean on "
                                            "the neighbours is pulled towards (0: no pull)")
+        safe_z: float | None = Field(
+            default=None, ge=0, description="guard the first arm (direct on the orchestrator): another arm runs "
+                                            "only when, paired on the neighbours, it beats it by this many "
+                                            "standard errors or ties it on every one (none: no guard)")
         explore: bool = Field(default=True, description="run an arm that has too little history (else choose "
                                                         "among the arms that have some)")
         history_split: str | None = Field(
@@ -269,7 +306,7 @@ class Auto(Strategy):
         history = parse_outcomes(r for r in rows if r.id != ctx.tracer.episode_id)
         choice = choose_arm(task.prompt, history, candidates, k=opts.k, min_trials=opts.min_trials,
                             explore=opts.explore, relative_similarity=opts.relative_similarity,
-                            prior_weight=opts.prior_weight)
+                            prior_weight=opts.prior_weight, safe_z=opts.safe_z)
         ctx.tracer.event("auto_choice", {**choice.as_dict(), "history": len(history)})
         strategy, _, model = choice.arm.partition(":")
         child = ctx.with_options(self._arm_options(ctx, opts, strategy, model))
