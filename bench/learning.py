@@ -45,6 +45,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -196,8 +197,10 @@ class Bench:
         rows = sum(1 for _ in (data / "train.jsonl").open())
         self.log(f"sft data: {rows} decisions")
         methods = self.size["methods"]
-        if "sft" in methods and self.cli("sft", ["train", "sft", "--data", str(data), "--out",
-                                                 str(self.out / "sft"), "--steps", str(self.size["sft_steps"])]):
+        # --max-length 2048, as GRPO and OPOD: a para decision on a multiple-choice task is ~1,000-1,250
+        # tokens, and SFT's default (1024) would leave most of them out
+        if "sft" in methods and self.cli("sft", ["train", "sft", "--data", str(data), "--out", str(self.out / "sft"),
+                                                 "--steps", str(self.size["sft_steps"]), "--max-length", "2048"]):
             self.state["adapter:sft"] = str(self.out / "sft")
         sft = self.state.get("adapter:sft")
         mixture = "+".join(f"bigbench:{t}@train" for t in self.size["train"])  # RL draws from every task in turn
@@ -500,6 +503,10 @@ def plot_rl(log_path: Path, path: Path) -> bool:
     return True
 
 
+def _interrupt(signum: int, _frame: Any) -> None:
+    raise KeyboardInterrupt(f"stopped by signal {signum}")
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="one task, held out only, one seed, SFT only (<15 min here)")
@@ -544,6 +551,10 @@ async def main() -> None:
                      "rerun without size flags to resume it, or pass --out NEW_FOLDER")
     bench.save()
     if not args.table_only:
+        # a stop by SIGTERM, or SIGINT in a background job (where the shell ignores it), still counts
+        # this invocation's time in the state before the process ends
+        signal.signal(signal.SIGTERM, _interrupt)
+        signal.signal(signal.SIGINT, _interrupt)
         started = time.perf_counter()
         try:
             await bench.teach_and_train()
