@@ -76,8 +76,8 @@ SIZES: dict[str, dict[str, Any]] = {
     "mixed": {"train": ["arithmetic/3_digit_multiplication", "logical_deduction/three_objects",
                         "date_understanding", "sports_understanding"],
               "unseen": ["object_counting"], "train_limit": 6, "eval_limit": 2, "seeds": [1, 2, 3],
-              "sft_steps": 40, "methods": ["sft", "grpo", "opod"], "augment": 0.3, "base_row": False,
-              "grpo": {"limit": 8, "group": 4, "steps": 4, "tasks_per_step": 4, "updates": 2,
+              "sft_steps": 30, "methods": ["sft", "grpo", "opod"], "augment": 0.3, "base_row": False,
+              "grpo": {"limit": 8, "group": 4, "steps": 4, "tasks_per_step": 4,
                        "rewards": "rewards_delegation.yaml"},
               "opod": {"rollouts": 8, "steps": 4}},
 }
