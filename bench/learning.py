@@ -70,16 +70,18 @@ SIZES: dict[str, dict[str, Any]] = {
                 "grpo": {"limit": 2, "group": 4, "steps": 2}, "opod": {"rollouts": 4, "steps": 2}},
     # issue 21: tasks whose right first decision differs (a tool decides products, a program the
     # orderings and dates, the strongest model alone the sports judgments). Sized to finish from
-    # scratch in under 150 minutes on 2 CPU cores: GRPO rolls out one example of each task per step
-    # (tasks_per_step 4 of the 8 drawn), and the untrained student's row is left out of the
-    # evaluation (the default size shows it: it almost never writes a valid action)
+    # scratch in under 150 minutes on 2 CPU cores, which leaves RL one GRPO step and two OPOD steps:
+    # the student's decisions here are ~2,000-2,600 tokens, and one GRPO update over a step's 24 of
+    # them took ~20 minutes of CPU backprop. GRPO rolls out one example of each task per step
+    # (tasks_per_step 4 of the 8 drawn); the untrained student's row is left out of the evaluation
+    # (the default size shows it: it almost never writes a valid action). On a GPU, raise the steps
     "mixed": {"train": ["arithmetic/3_digit_multiplication", "logical_deduction/three_objects",
                         "date_understanding", "sports_understanding"],
               "unseen": ["object_counting"], "train_limit": 6, "eval_limit": 2, "seeds": [1, 2, 3],
               "sft_steps": 30, "methods": ["sft", "grpo", "opod"], "augment": 0.3, "base_row": False,
-              "grpo": {"limit": 8, "group": 4, "steps": 4, "tasks_per_step": 4,
+              "grpo": {"limit": 8, "group": 4, "steps": 1, "tasks_per_step": 4,
                        "rewards": "rewards_delegation.yaml"},
-              "opod": {"rollouts": 8, "steps": 4}},
+              "opod": {"rollouts": 8, "steps": 2}},
 }
 # max_invalid_rounds 1: a round without a valid action ends the orchestration (the synthesizer then
 # answers alone), so an untrained student costs one round of failed attempts, not three
