@@ -144,6 +144,10 @@ def test_hindsight_finds_lost_points_and_overspending_and_the_judge_sees_it(stor
     assert found[bad].reason == "lost points" and "send the task unchanged to small (solve_directly)" in found[bad].hint
     assert found[ok].reason == "overspent" and "10% of this episode's compute units" in found[ok].hint
     assert hindsight(store, "r1", saving=0.95).keys() == {bad}  # 90% saved is not 95%
+    store.submit("UPDATE episodes SET meta = json_patch(meta, ?) WHERE id IN (?, ?)",
+                 (json.dumps({"score": 0.0}), ok, cheap.trace_id))
+    store.flush()
+    assert not hindsight(store, "r1")  # all failed: a cheaper run that failed too is no lesson for either
     records = [r for r in load_records(store, run_id="r1") if r.valid and r.episode_id == bad]
     pool = make_pool()
     judged = asyncio.run(judge_records(records, pool=pool, store=store, evidence={bad: found[bad].hint}))

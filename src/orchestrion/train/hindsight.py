@@ -7,8 +7,9 @@ store do know: ``direct`` on each model, ``program``, the teacher. For each epis
 - it **lost points** when its score is below the best score another episode of its prompt got.
   The hint names what got that score, cheapest first: a tool that decided it (``calculator``,
   ``python``) or the unchanged task sent to one model (``solve_directly``);
-- it **overspent** when another episode of its prompt scored at least as well for at most
-  ``1 - saving`` of its compute units (by default 25% fewer). The hint names the cheaper way.
+- it **overspent** when it scored above 0 and another episode of its prompt scored at least as
+  well for at most ``1 - saving`` of its compute units (by default 25% fewer). The hint names the
+  cheaper way. (A failed episode is not hinted towards a cheaper run that failed too.)
 
 Episodes with no such evidence get no hint; OPOD then judges only the decisions of episodes that
 have one, with the hint shown to the judge as evidence (:func:`orchestrion.train.opod.judge_records`).
@@ -99,8 +100,10 @@ def hindsight(store: TraceStore, run_id: str, *, saving: float = 0.25) -> dict[s
             found[ep.id] = Hindsight(ep.id, "lost points", f"This episode scored {ep.score:g}; another run of the same "
                                                            f"task scored {best:g}. What worked: {_how(top)}.")
             continue
+        # an episode that scored nothing overspent only in a sense that teaches nothing: a cheaper
+        # run that also failed would be hinted as the way to go
         cheaper = [o for o in others if o.score >= ep.score and o.units <= (1 - saving) * ep.units]
-        if cheaper and ep.units > 0:
+        if cheaper and ep.units > 0 and ep.score > 0:
             top = min(cheaper, key=lambda o: o.units)
             found[ep.id] = Hindsight(ep.id, "overspent", f"Another run of the same task scored as well for "
                                                          f"{top.units / ep.units:.0%} of this episode's compute "
