@@ -74,14 +74,11 @@ SIZES: dict[str, dict[str, Any]] = {
     # the student's decisions here are ~2,000-2,600 tokens, and one GRPO update over a step's 24 of
     # them took ~20 minutes of CPU backprop. GRPO rolls out one example of each task per step
     # (tasks_per_step 4 of the 8 drawn); the untrained student's row is left out of the evaluation
-    # (the default size shows it: it almost never writes a valid action), and so is OPOD's student
-    # (trained, its judge's flags and hints shown; its row would add ~20 minutes). On a GPU, raise
-    # the steps and evaluate every method
+    # (the default size shows it: it almost never writes a valid action). On a GPU, raise the steps
     "mixed": {"train": ["arithmetic/3_digit_multiplication", "logical_deduction/three_objects",
                         "date_understanding", "sports_understanding"],
               "unseen": ["object_counting"], "train_limit": 6, "eval_limit": 2, "seeds": [1, 2, 3],
               "sft_steps": 30, "methods": ["sft", "grpo", "opod"], "augment": 0.3, "base_row": False,
-              "eval_methods": ["sft", "grpo"],
               "grpo": {"limit": 8, "group": 4, "steps": 1, "tasks_per_step": 4,
                        "rewards": "rewards_delegation.yaml"},
               "opod": {"rollouts": 8, "steps": 2}},
@@ -239,8 +236,7 @@ class Bench:
     def rows(self) -> list[tuple[str, str]]:
         """(row key, strategy) in table order; trained rows only where training succeeded."""
         out = [("student:base", "para")] if self.size.get("base_row", True) else []
-        shown = self.size.get("eval_methods", self.size["methods"])
-        out += [(f"student:{m}", "para") for m in self.size["methods"] if m in shown and self.state.get(f"adapter:{m}")]
+        out += [(f"student:{m}", "para") for m in self.size["methods"] if self.state.get(f"adapter:{m}")]
         out.append(("teacher", "para"))
         out += [(f"direct:{name}", "direct") for name in LOCAL_MODELS]
         return out
@@ -432,9 +428,6 @@ def verdicts(bench: Bench) -> list[str]:
     for method in ("grpo", "opod"):
         if not bench.state.get(f"adapter:{method}"):
             lines.append(f"- {method.upper()}: not trained")
-            continue
-        if method not in bench.size.get("eval_methods", bench.size["methods"]):
-            lines.append(f"- {method.upper()}: trained, not evaluated at this size")
             continue
         if len(held_out) > 1 and (line := compare(bench, f"student:{method}", "student:sft", held_out)):
             lines.append(f"- {method.upper()} on the held-out set ({len(held_out)} tasks): {line}")
