@@ -187,13 +187,13 @@ class Bench:
             await self.eval_run(f"teacher:{task}", f"bigbench:{task}@train", "para", "teacher",
                                 self.size["train_limit"], 7)
         if not (data / "train.jsonl").is_file():
+            self.state["export_augment"] = self.size["augment"]  # saved with the first export's state
             parts = []
             for task in self.size["train"]:
                 part = self.out / f"export_{task.replace('/', '_')}"
                 if self.cli(f"export:{task}", ["train", "export", "--run", self.state[f"teacher:{task}"],
                                                 "--out", str(part), "--augment", str(self.size["augment"])]):
                     parts.append(part / "train.jsonl")
-            self.state["export_augment"] = self.size["augment"]
             data.mkdir(exist_ok=True)
             (data / "train.jsonl").write_text("".join(p.read_text() for p in parts if p.is_file()))
         rows = sum(1 for _ in (data / "train.jsonl").open())
