@@ -261,7 +261,7 @@ def run_metrics(store: TraceStore, run_id: str) -> dict[str, float | None]:
         return {"accuracy": None, "valid": None, "orch_tokens": None, "orch_s": None, "wall_s": None,
                 "cost": None, "units": None, "n": 0.0}
     summary = summaries[0]
-    episodes = [e for e in store.episodes(run_id=run_id) if e.finished]
+    episodes = store.counted_episodes(run_id)  # as accuracy counts them: one cut short by a stop and rerun counts once
     ids = [e.id for e in episodes]
     valid = store.decision_validity(ids)
     tokens = seconds = 0.0
