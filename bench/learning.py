@@ -71,10 +71,10 @@ SIZES: dict[str, dict[str, Any]] = {
     # issue 21: tasks whose right first decision differs (a tool decides products, a program the
     # orderings and dates, the strongest model alone the sports judgments). Sized to finish from
     # scratch in under 150 minutes on 2 CPU cores, which leaves RL one GRPO step and two OPOD steps:
-    # the student's decisions here are ~2,000-2,600 tokens, and one GRPO update over a step's 24 of
-    # them took ~20 minutes of CPU backprop. GRPO rolls out one example of each task per step
+    # the student's decision attempts here are ~2,000 tokens, and one GRPO update over a step's 55 of
+    # them took ~18 minutes of CPU backprop. GRPO rolls out one example of each task per step
     # (tasks_per_step 4 of the 8 drawn); the untrained student's row is left out of the evaluation
-    # (the default size shows it: it almost never writes a valid action). On a GPU, raise the steps
+    # (the default size shows it: it almost never writes a valid action). On a GPU, raise the steps.
     "mixed": {"train": ["arithmetic/3_digit_multiplication", "logical_deduction/three_objects",
                         "date_understanding", "sports_understanding"],
               "unseen": ["object_counting"], "train_limit": 6, "eval_limit": 2, "seeds": [1, 2, 3],
