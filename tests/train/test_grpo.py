@@ -87,6 +87,25 @@ def test_two_updates_on_a_fixed_batch_lower_the_loss(policy: Policy) -> None:
     assert now[1, :n1].sum() < sum(samples[1].old_logprobs or [])
 
 
+def test_a_single_update_takes_the_old_policy_from_its_own_forward(policy: Policy) -> None:
+    samples = fixed_samples(policy)
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=2e-3)
+    with pytest.raises(ValueError, match="set_old_logprobs"):
+        grpo_update(policy, optimizer, samples)
+    n0, n1 = (len(s.completion_ids) for s in samples)
+    samples[0].old_logprobs = [0.0] * n0  # as a rollout backend reports them: a gap to the HF policy
+    with torch.no_grad():
+        before = policy.logprobs(policy.batch([s.prompt_ids for s in samples], [s.completion_ids for s in samples]))
+    stats = grpo_update(policy, optimizer, samples, micro_batch=1, on_policy=True)
+    # the old policy is the one before the step: ratio 1, and the samples now carry its log-probs
+    assert stats["ratio"] == pytest.approx(1.0, abs=1e-5)
+    assert stats["loss"] == pytest.approx(-(n0 - n1) / (n0 + n1), abs=1e-4)
+    assert samples[0].old_logprobs == pytest.approx(before[0, :n0].tolist(), abs=1e-4)
+    assert samples[1].old_logprobs == pytest.approx(before[1, :n1].tolist(), abs=1e-4)
+    assert samples[0].meta["rollout_logprobs"] == [0.0] * n0
+    assert stats["rollout_gap"] == pytest.approx(-sum(before[0, :n0].tolist()) / n0, abs=1e-4)
+
+
 def test_loop_on_a_scripted_pool(tmp_path: Path, store: TraceStore) -> None:
     pool = Pool.from_models([ScriptedModel(by_seed, name="orch")])
     lines: list[str] = []

@@ -7,9 +7,9 @@ decision becomes its own :class:`TrainSample` with its episode's advantage, and 
 carry per-token weights (tree and counterfactual credit). Each step: roll out groups
 (:func:`collect_groups`), drop groups with equal rewards, recompute the samples' log-probs
 under the HF policy (the ratio's old policy: llama.cpp's quantized log-probs are not the
-trained weights'), and take ``updates`` optimizer steps on the clipped surrogate
-(:func:`grpo_update`). After each step the LoRA, the optimizer and the step counter are saved
-under ``out/checkpoint`` (:mod:`._checkpoint`).
+trained weights; with one update, inside that update's own forward pass), and take ``updates``
+optimizer steps on the clipped surrogate (:func:`grpo_update`). After each step the LoRA, the
+optimizer and the step counter are saved under ``out/checkpoint`` (:mod:`._checkpoint`).
 """
 
 from __future__ import annotations
@@ -109,11 +109,15 @@ async def _step(run: GRPORun, optimizer: torch.optim.Optimizer, step: int, tasks
         entry.note += "no decision with tokens to train on: no update this step"
     else:
         run.bar.status("update")
-        entry.rollout_gap = set_old_logprobs(run.policy, usable, micro_batch=s.micro_batch)
+        # one update: its own forward gives the old log-probs (on_policy); several need them fixed first
+        if s.updates > 1:
+            entry.rollout_gap = set_old_logprobs(run.policy, usable, micro_batch=s.micro_batch)
         stats: dict[str, float] = {}
         for _ in range(s.updates):
             stats = grpo_update(run.policy, optimizer, usable, clip_eps=s.clip, kl_beta=s.kl_beta,
-                                micro_batch=s.micro_batch)
+                                micro_batch=s.micro_batch, on_policy=s.updates == 1)
+        if s.updates == 1:
+            entry.rollout_gap = stats.get("rollout_gap")
         entry.loss, entry.clip_frac = stats["loss"], stats["clip_frac"]
         entry.ratio, entry.kl = stats["ratio"], stats["kl"]
     entry.wall_s = time.perf_counter() - start
