@@ -3,7 +3,11 @@
 The setting of the seeds at toy scale: the *teacher* is ``para`` with Qwen2.5-Coder-1.5B as its
 orchestrator on the ``local`` pool; the *student* is the same strategy and the same workers with
 SmolLM2-135M deciding, with no grammar and no schema added to its prompt (``structured: none``):
-it sees the prompts the teacher saw, and its valid-action rate measures what it learned. Stages,
+it sees the prompts the teacher saw, and its valid-action rate measures what it learned.
+``--student-grammar`` decides under the action's JSON-schema grammar instead, as a deployed student
+would (llama.cpp's grammar, vLLM's guided decoding): the prompts are the same (a grammar adds no
+schema to them), its actions are valid by construction, and the rows then measure what it decides
+rather than whether it writes JSON. Stages,
 each recorded in ``OUT/state.json`` so that a rerun skips what is done and resumes an interrupted
 eval run (a session that stops mid-way loses at most one stage):
 
@@ -92,6 +96,7 @@ BUDGET = {"wall_s": 300}  # one stuck episode cannot eat the run; it is recorded
 class Bench:
     def __init__(self, out: Path, size: dict[str, Any]) -> None:
         self.out, self.size = out, size
+        self._clock: float | None = None  # set while this invocation runs: its time is counted at each save
         out.mkdir(parents=True, exist_ok=True)
         self.state_path = out / "state.json"
         self.state: dict[str, Any] = json.loads(self.state_path.read_text()) if self.state_path.is_file() else {}
@@ -106,7 +111,19 @@ class Bench:
             cached = self._metrics[run_id] = run_metrics(self.store, run_id)
         return cached
 
+    def start_clock(self) -> None:
+        """Count this invocation, and its time from now on, into the state's ``wall_s``."""
+        self.state["invocations"] = self.state.get("invocations", 0) + 1
+        self._clock = time.perf_counter()
+        self.save()
+
     def save(self) -> None:
+        # the time since the last save joins wall_s at every save (each eval run's start and end,
+        # each stage), so a stop of any kind, kill -9 included, loses only the time since the last
+        if self._clock is not None:
+            now = time.perf_counter()
+            self.state["wall_s"] = self.state.get("wall_s", 0.0) + now - self._clock
+            self._clock = now
         self.state_path.write_text(json.dumps(self.state, indent=1))
 
     def log(self, line: str) -> None:
@@ -114,10 +131,12 @@ class Bench:
 
     # -- pools ------------------------------------------------------------------------------
     def student_pool_file(self) -> Path:
-        """The local pool with the student deciding, grammar off and no schema in its prompt."""
+        """The local pool with the student deciding: grammar off and no schema in its prompt, or
+        (``student_grammar``) under the preset's grammar, which adds no schema to the prompt either."""
         path = self.out / "student_pool.yaml"
         config = preset_config("local")
-        models = [dict(m, structured="none") if m["name"] == STUDENT else m
+        unconstrained = not self.size.get("student_grammar", False)
+        models = [dict(m, structured="none") if m["name"] == STUDENT and unconstrained else m
                   for m in config["models"]]  # type: ignore[attr-defined]
         path.write_text(yaml.safe_dump({**config, "models": models, "orchestrator": STUDENT}))
         return path
@@ -156,6 +175,7 @@ class Bench:
 
         started = time.perf_counter()
         result = await run_eval(config, self.store, pool=lambda: self.pool(row), observer=Remember())
+        self.save()  # counts its time
         self.log(f"{key}: done in {time.perf_counter() - started:.0f}s")
         return result.run_id
 
@@ -293,7 +313,8 @@ def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
     lines = [f"teacher runs on the @train side of {teacher_eps} task(s), {bench.size['train_limit']} episodes each; "
              f"SFT {bench.size['sft_steps']} steps, --augment {bench.state.get('export_augment', '?')}; "
              f"seeds {bench.size['seeds']}, {bench.size['eval_limit']} held-out examples per task and seed; "
-             "accuracy is the mean ± sd over seeds of each seed's mean over tasks; "
+             + ("the student decides under a JSON-schema grammar; " if bench.size.get("student_grammar") else "")
+             + "accuracy is the mean ± sd over seeds of each seed's mean over tasks; "
              f"run time {bench.state.get('wall_s', 0.0) / 60:.0f} min in {bench.state.get('invocations', 0)} "
              "invocation(s)\n"]
     curves: dict[str, dict[str, list[float]]] = {}
@@ -522,6 +543,8 @@ async def main() -> None:
     ap.add_argument("--train-tasks", help="comma-separated BIG-bench tasks the teacher runs on (their @train side)")
     ap.add_argument("--unseen-tasks", help="comma-separated BIG-bench tasks never trained on")
     ap.add_argument("--sft-steps", type=int, help="LoRA steps of SFT")
+    ap.add_argument("--student-grammar", action="store_true",
+                    help="the student decides under the action's JSON-schema grammar (valid by construction)")
     ap.add_argument("--table-only", action="store_true", help="print the table from what is recorded")
     args = ap.parse_args()
     if args.quick and args.mixed:
@@ -541,12 +564,15 @@ async def main() -> None:
         size["unseen"] = args.unseen_tasks.split(",")
     if args.sft_steps:
         size["sft_steps"] = args.sft_steps
+    if args.student_grammar:
+        size["student_grammar"] = True
     out = args.out or Path("bench/out") / ("learning" if name == "default" else f"learning-{name}")
     bench = Bench(out, size)
     recorded = bench.state.setdefault("size", size)
     if recorded != size:  # a resumed run keeps its size; the state's keys mean nothing under another one
         if args.table_only or not any(getattr(args, k) for k in ("seeds", "eval_limit", "train_limit", "methods",
-                                                                 "train_tasks", "unseen_tasks", "sft_steps")):
+                                                                 "train_tasks", "unseen_tasks", "sft_steps",
+                                                                 "student_grammar")):
             bench.size = recorded
         else:
             sys.exit(f"error: {out} holds a run of another size ({out / 'state.json'}, key 'size'); "
@@ -557,13 +583,11 @@ async def main() -> None:
         # this invocation's time in the state before the process ends
         signal.signal(signal.SIGTERM, _interrupt)
         signal.signal(signal.SIGINT, _interrupt)
-        started = time.perf_counter()
+        bench.start_clock()  # the run's time, summed over resumed invocations, for the table's header
         try:
             await bench.teach_and_train()
             await bench.evaluate()
-        finally:  # the run's time, summed over resumed invocations, for the table's header
-            bench.state["wall_s"] = bench.state.get("wall_s", 0.0) + time.perf_counter() - started
-            bench.state["invocations"] = bench.state.get("invocations", 0) + 1
+        finally:
             bench.save()
     text, curves = table(bench)
     (out / "learning.md").write_text(text + "\n")
