@@ -73,3 +73,38 @@ def test_grpo_steps_are_tabled_from_the_train_log(tmp_path: Any) -> None:
     lines = learning.grpo_steps(log)
     assert "| 1 | 16 | 3/4 | 0.500 ± 0.250 | 0.900 | 31/40 | 0.0123 | 301 |" in lines
     assert "| 2 | 16 | 0/4 | 1.000 ± 0.000 | - | 0/0 | - | 0 |" in lines
+
+
+def test_run_time_is_kept_at_every_save_so_a_killed_run_keeps_it(tmp_path: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = [100.0]
+    monkeypatch.setattr(learning.time, "perf_counter", lambda: clock[0])
+    first = learning.Bench(tmp_path, {})
+    first.state["wall_s"] = 60.0  # an earlier invocation's time
+    first.start_clock()
+    clock[0] += 30.0
+    first.save()  # e.g. an eval run starts; then the process dies with no chance to clean up
+    clock[0] += 500.0
+    first.store.close()
+    again = learning.Bench(tmp_path, {})
+    assert again.state["wall_s"] == pytest.approx(90.0)
+    assert again.state["invocations"] == 1
+    again.start_clock()
+    clock[0] += 10.0
+    again.save()
+    assert again.state["wall_s"] == pytest.approx(100.0) and again.state["invocations"] == 2
+    again.store.close()
+
+
+def test_the_grammar_flag_keeps_the_student_under_the_presets_grammar(tmp_path: Any) -> None:
+    def student(size: dict[str, Any]) -> dict[str, Any]:
+        import yaml
+
+        b = learning.Bench(tmp_path, size)
+        config = yaml.safe_load(b.student_pool_file().read_text())
+        b.store.close()
+        assert config["orchestrator"] == learning.STUDENT
+        return next(m for m in config["models"] if m["name"] == learning.STUDENT)
+
+    assert student({})["structured"] == "none"
+    assert student({"student_grammar": True}).get("structured", "auto") != "none"
