@@ -567,6 +567,9 @@ async def main() -> None:
     if args.student_grammar:
         size["student_grammar"] = True
     out = args.out or Path("bench/out") / ("learning" if name == "default" else f"learning-{name}")
+    if args.table_only and not (out / "state.json").is_file():
+        sys.exit(f"error: nothing recorded in {out} (no state.json): run without --table-only first, "
+                 "or pass the --out of an earlier run")
     bench = Bench(out, size)
     recorded = bench.state.setdefault("size", size)
     if recorded != size:  # a resumed run keeps its size; the state's keys mean nothing under another one

@@ -108,3 +108,17 @@ def test_the_grammar_flag_keeps_the_student_under_the_presets_grammar(tmp_path: 
 
     assert student({})["structured"] == "none"
     assert student({"student_grammar": True}).get("structured", "auto") != "none"
+
+
+def test_table_only_on_an_empty_folder_says_so_and_writes_nothing(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    from tests.bench import BENCH
+
+    out = tmp_path / "never-run"
+    proc = subprocess.run([sys.executable, str(BENCH / "learning.py"), "--mixed", "--table-only", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: nothing recorded in {out}")
+    assert not out.exists()
