@@ -147,8 +147,8 @@ def grpo_update(
 
     ``on_policy``: the samples were just rolled out from the current weights and this is their only
     update, so the old policy is the current one. Its log-probs are then this step's own forward
-    pass, detached, instead of a separate :func:`set_old_logprobs` pass: one forward over every
-    sample saved (a third of the update's time on CPU). Each sample's ``old_logprobs`` is set as
+    pass, detached, instead of a separate :func:`set_old_logprobs` pass: one no-grad forward
+    over every sample saved. Each sample's ``old_logprobs`` is set as
     set_old_logprobs sets it, and ``rollout_gap`` (the mean gap to the rollout's log-probs) joins
     the stats where the samples carried them."""
     total = sum(sum(s.weights()) for s in samples)
