@@ -76,7 +76,8 @@ SIZES: dict[str, dict[str, Any]] = {
     # orderings and dates, the strongest model alone the sports judgments). Sized to finish from
     # scratch in under 150 minutes on 2 CPU cores, which leaves RL one GRPO step and two OPOD steps:
     # the student's decision attempts here are ~2,000 tokens, and one GRPO update over a step's 55 of
-    # them took ~18 minutes of CPU backprop. GRPO rolls out one example of each task per step
+    # them took ~18 minutes of CPU backprop (before 51e692d dropped a redundant forward pass; under
+    # --student-grammar, 38 shorter ones took 9). GRPO rolls out one example of each task per step
     # (tasks_per_step 4 of the 8 drawn); the untrained student's row is left out of the evaluation
     # (the default size shows it: it almost never writes a valid action). On a GPU, raise the steps.
     "mixed": {"train": ["arithmetic/3_digit_multiplication", "logical_deduction/three_objects",

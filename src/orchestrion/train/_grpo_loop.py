@@ -110,13 +110,14 @@ async def _step(run: GRPORun, optimizer: torch.optim.Optimizer, step: int, tasks
     else:
         run.bar.status("update")
         # one update: its own forward gives the old log-probs (on_policy); several need them fixed first
-        if s.updates > 1:
+        on_policy = s.updates == 1
+        if not on_policy:
             entry.rollout_gap = set_old_logprobs(run.policy, usable, micro_batch=s.micro_batch)
         stats: dict[str, float] = {}
         for _ in range(s.updates):
             stats = grpo_update(run.policy, optimizer, usable, clip_eps=s.clip, kl_beta=s.kl_beta,
-                                micro_batch=s.micro_batch, on_policy=s.updates == 1)
-        if s.updates == 1:
+                                micro_batch=s.micro_batch, on_policy=on_policy)
+        if on_policy:
             entry.rollout_gap = stats.get("rollout_gap")
         entry.loss, entry.clip_frac = stats["loss"], stats["clip_frac"]
         entry.ratio, entry.kl = stats["ratio"], stats["kl"]
