@@ -315,6 +315,8 @@ def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
              f"SFT {bench.size['sft_steps']} steps, --augment {bench.state.get('export_augment', '?')}; "
              f"seeds {bench.size['seeds']}, {bench.size['eval_limit']} held-out examples per task and seed; "
              + ("the student decides under a JSON-schema grammar; " if bench.size.get("student_grammar") else "")
+             + "".join(f"GRPO went on from {e['from']} to {e['to']} steps after minute {e['at_minute']}; "
+                       for e in bench.state.get("grpo_extended", []))
              + "accuracy is the mean ± sd over seeds of each seed's mean over tasks; "
              f"run time {bench.state.get('wall_s', 0.0) / 60:.0f} min in {bench.state.get('invocations', 0)} "
              "invocation(s)\n"]
@@ -527,6 +529,26 @@ def plot_rl(log_path: Path, path: Path) -> bool:
     return True
 
 
+def extend_grpo(bench: Bench, size: dict[str, Any]) -> bool:
+    """Take ``size`` when it differs from the recorded one only by more GRPO steps: GRPO then resumes
+    from its checkpoint (``--engine loop`` keeps one per step) and its adapter's rows are evaluated
+    again; the raise is kept in the state's ``grpo_extended``. False for any other difference."""
+    recorded = bench.state["size"]
+    old, new = recorded.get("grpo", {}), size.get("grpo", {})
+    same_but_steps = ({k: v for k, v in recorded.items() if k != "grpo"} == {k: v for k, v in size.items()
+                                                                              if k != "grpo"}
+                      and {**old, "steps": None} == {**new, "steps": None})
+    if not same_but_steps or new.get("steps", 0) <= old.get("steps", 0):
+        return False
+    for key in [k for k in bench.state if k in ("grpo", "adapter:grpo") or k.startswith("eval:student:grpo:")]:
+        del bench.state[key]
+    bench.state.setdefault("grpo_extended", []).append({"from": old.get("steps"), "to": new["steps"],
+                                                        "at_minute": round(bench.state.get("wall_s", 0.0) / 60)})
+    bench.state["size"] = bench.size = size
+    bench.log(f"GRPO goes on from step {old.get('steps')} to {new['steps']}; its rows are evaluated again")
+    return True
+
+
 def _interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(f"stopped by signal {signum}")
 
@@ -546,6 +568,9 @@ async def main() -> None:
     ap.add_argument("--sft-steps", type=int, help="LoRA steps of SFT")
     ap.add_argument("--student-grammar", action="store_true",
                     help="the student decides under the action's JSON-schema grammar (valid by construction)")
+    ap.add_argument("--grpo-steps", type=int,
+                    help="GRPO steps; on a finished run of the same size, more steps than it has continue its "
+                         "GRPO from the checkpoint and evaluate the new adapter again")
     ap.add_argument("--table-only", action="store_true", help="print the table from what is recorded")
     args = ap.parse_args()
     if args.quick and args.mixed:
@@ -567,16 +592,22 @@ async def main() -> None:
         size["sft_steps"] = args.sft_steps
     if args.student_grammar:
         size["student_grammar"] = True
+    if args.grpo_steps is not None:
+        if args.grpo_steps < 1:
+            sys.exit(f"error: --grpo-steps must be at least 1, not {args.grpo_steps}")
+        size["grpo"] = {**size.get("grpo", {}), "steps": args.grpo_steps}
     out = args.out or Path("bench/out") / ("learning" if name == "default" else f"learning-{name}")
     if args.table_only and not (out / "state.json").is_file():
         sys.exit(f"error: nothing recorded in {out} (no state.json): run without --table-only first, "
                  "or pass the --out of an earlier run")
     bench = Bench(out, size)
     recorded = bench.state.setdefault("size", size)
+    if recorded != size and not args.table_only and extend_grpo(bench, size):
+        recorded = size
     if recorded != size:  # a resumed run keeps its size; the state's keys mean nothing under another one
         if args.table_only or not any(getattr(args, k) for k in ("seeds", "eval_limit", "train_limit", "methods",
                                                                  "train_tasks", "unseen_tasks", "sft_steps",
-                                                                 "student_grammar")):
+                                                                 "student_grammar", "grpo_steps")):
             bench.size = recorded
         else:
             sys.exit(f"error: {out} holds a run of another size ({out / 'state.json'}, key 'size'); "

@@ -122,3 +122,33 @@ def test_table_only_on_an_empty_folder_says_so_and_writes_nothing(tmp_path: Any)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith(f"error: nothing recorded in {out}")
     assert not out.exists()
+
+
+def test_more_grpo_steps_continue_a_finished_run_and_drop_only_grpos_rows(tmp_path: Any) -> None:
+    size = {"train": ["a"], "seeds": [1], "grpo": {"limit": 8, "steps": 1}}
+    b = learning.Bench(tmp_path, size)
+    b.state.update({"size": size, "wall_s": 600.0, "adapter:sft": "s", "sft": "done", "grpo": "done",
+                    "adapter:grpo": "g", "eval:student:grpo:bigbench:a@test:1": "r1",
+                    "eval:student:sft:bigbench:a@test:1": "r2"})
+    more = {**size, "grpo": {"limit": 8, "steps": 4}}
+    assert learning.extend_grpo(b, more)
+    assert b.size == b.state["size"] == more
+    assert not any(k in b.state for k in ("grpo", "adapter:grpo", "eval:student:grpo:bigbench:a@test:1"))
+    assert b.state["eval:student:sft:bigbench:a@test:1"] == "r2" and b.state["adapter:sft"] == "s"
+    assert b.state["grpo_extended"] == [{"from": 1, "to": 4, "at_minute": 10}]
+    b.store.close()
+
+
+@pytest.mark.parametrize("other", [
+    {"grpo": {"limit": 8, "steps": 1}},                # no more steps than recorded
+    {"grpo": {"limit": 8, "steps": 0}},                # fewer
+    {"grpo": {"limit": 4, "steps": 4}},                # another GRPO setting changes too
+    {"seeds": [1, 2], "grpo": {"limit": 8, "steps": 4}},  # another size key changes too
+])
+def test_only_a_raise_of_grpo_steps_alone_extends_a_run(tmp_path: Any, other: dict[str, Any]) -> None:
+    size = {"train": ["a"], "seeds": [1], "grpo": {"limit": 8, "steps": 1}}
+    b = learning.Bench(tmp_path, size)
+    b.state.update({"size": size, "grpo": "done", "adapter:grpo": "g"})
+    assert not learning.extend_grpo(b, {**size, **other})
+    assert b.state["grpo"] == "done" and b.state["size"] == size and "grpo_extended" not in b.state
+    b.store.close()
