@@ -122,7 +122,18 @@
     const q = new URLSearchParams(h.replace(/^\?/, ""));
     return { filters: Object.fromEntries([...FILTERS, ...PAGING].map((k) => [k, q.get(k) || ""]).filter(([, v]) => v)) };
   }
-  async function route() {
+  // One view is drawn at a time: a hash change while one is drawn waits for it, then draws the newest
+  // hash, so an older, slower view never lands over a newer one (nor marks the page ready).
+  let drawing = null, redraw = false;
+  function route() {
+    if (drawing) { redraw = true; return drawing; }
+    drawing = drawRoute().finally(() => {
+      drawing = null;
+      if (redraw) { redraw = false; route(); }
+    });
+    return drawing;
+  }
+  async function drawRoute() {
     destroyWidgets();
     const r = (view.route = parseHash());
     delete document.body.dataset.ready;
@@ -132,10 +143,10 @@
       else if (r.compare) await renderCompare(r.compare[0], r.compare[1]);
       else if (r.charts) await window.orchestrionCharts.page(kit, r.charts);
       else await renderList(r.filters);
-      document.body.dataset.ready = ready;
+      if (!redraw) document.body.dataset.ready = ready;
     } catch (err) {
       app.replaceChildren(el("p", { class: "error" }, "Could not load: " + err.message));
-      document.body.dataset.ready = "error";
+      if (!redraw) document.body.dataset.ready = "error";
     }
   }
   function destroyWidgets() {
@@ -197,9 +208,10 @@
     await fillList(filters, facets);
   }
   async function fillList(filters, known) {
+    const shown = view.route;  // a live refresh that outlasts a change of view must not draw into the new one
     const [facets, page] = await Promise.all([known ? known : source.facets(), source.episodes(filters)]);
     const body = document.getElementById("list-body");
-    if (!body) return;
+    if (!body || view.route !== shown) return;
     const runs = el("table", { class: "runs" },
       el("tr", null, ["run", "kind", "created", "dataset", "episodes", "correct / scored"].map((h) => el("th", null, h))),
       facets.runs.map((r) => el("tr", { class: "clickable", onclick: () => { location.hash = listHash({ ...filters, run: r.id, offset: "" }); } },
