@@ -14,11 +14,13 @@ from orchestrion.models.cost import Price
 from orchestrion.train.rewards import (
     RewardConfig,
     combine,
+    cost_units_penalty,
     diversity_reward,
     dollar_cost_reward,
     episode_reward,
     episode_rewards,
     invalid_penalty,
+    log_budget_penalty,
     outcome_reward,
     plan_usage,
     planning_completeness,
@@ -69,6 +71,19 @@ def test_soft_budgets() -> None:
     assert soft_budget_penalty(10, 8, max_penalty=0.5) == pytest.approx(-0.125)  # (10-8)/8 * 0.5
     with pytest.raises(ValueError):
         soft_budget_penalty(1, 0)
+
+
+def test_log_budget_prices_each_doubling() -> None:
+    assert log_budget_penalty(2, 2, 5) == 0.0  # at the target: free
+    assert log_budget_penalty(8, 2, 5) == pytest.approx(-0.4)  # two doublings of five
+    assert log_budget_penalty(64, 2, 5) == -1.0 and log_budget_penalty(500, 2, 5) == -1.0  # full, then flat
+    assert log_budget_penalty(4, 2, 1, max_penalty=0.5) == pytest.approx(-0.5)
+    with pytest.raises(ValueError, match="positive"):
+        log_budget_penalty(3, 2, 0)
+    # where the linear budget is already flat (3x and 10x the target), the log budget still ranks them
+    linear, log = RewardConfig(cost_units_target=2), RewardConfig(cost_units_target=2, cost_budget="log")
+    assert cost_units_penalty(6, linear) == cost_units_penalty(20, linear) == -1.0
+    assert cost_units_penalty(20, log) < cost_units_penalty(6, log) < 0
 
 
 def test_dollar_cost_unknown_is_no_term_not_zero() -> None:
@@ -237,6 +252,10 @@ def test_the_delegation_rewards_price_compute_and_not_parallelism() -> None:
     cfg = RewardConfig.from_yaml(EXAMPLE.with_name("rewards_delegation.yaml"))
     assert cfg.weights["diversity"] == 0.0 and cfg.weights["outcome"] == 1.0
     spent = 6.0  # compute units: under the default target (8), over this one
-    ours = combine({"outcome": 1.0, "efficiency_cost": soft_budget_penalty(spent, cfg.cost_units_target)}, cfg)
-    default = combine({"outcome": 1.0, "efficiency_cost": soft_budget_penalty(spent, 8.0)}, RewardConfig())
+    ours = combine({"outcome": 1.0, "efficiency_cost": cost_units_penalty(spent, cfg)}, cfg)
+    default = combine({"outcome": 1.0, "efficiency_cost": cost_units_penalty(spent, RewardConfig())}, RewardConfig())
     assert default == 1.0 and ours < 0.9
+    # the student's episodes span 9-50 units: the delegation budget still tells those apart, and a
+    # right answer at 64 units stays worth more than a wrong one at none
+    worth = [combine({"outcome": 1.0, "efficiency_cost": cost_units_penalty(u, cfg)}, cfg) for u in (9, 25, 50, 64)]
+    assert worth == sorted(worth, reverse=True) and len(set(worth)) == 4 and worth[-1] > 0

@@ -14,7 +14,9 @@ What follows which paper:
   ``0.5 * min(1, (calls/rounds) / theta_par) + 0.5 * min(1, distinct_tools / theta_tool)``.
 * ``efficiency_tokens`` / ``efficiency_cost`` - ParaManager's soft budgets: no penalty up to the
   target (L_tar tokens, C_tar tool cost units), then linear down to ``-max_penalty`` at twice
-  the target (L_max = 2 L_tar, C_max = 2 C_tar), flat beyond.
+  the target (L_max = 2 L_tar, C_max = 2 C_tar), flat beyond. ``cost_budget: log`` prices compute
+  units by doublings instead (``log_budget_penalty``): ParaManager's linear budget is flat past
+  2 C_tar, so two episodes at 3x and 10x the target earn the same reward and RL cannot tell them apart.
 * ``dollar_cost`` - the same soft budget on dollars. An unknown cost (a model without a
   price) gives *no* term at all: it is never read as a cost of 0. Compare such episodes
   only with episodes of the same pool, or set ``require_cost: true`` to fail instead.
@@ -98,6 +100,16 @@ def soft_budget_penalty(used: float, target: float, max_penalty: float = 1.0) ->
     return -max_penalty * min(1.0, (used - target) / target)
 
 
+def log_budget_penalty(used: float, target: float, doublings: float, max_penalty: float = 1.0) -> float:
+    """0 up to ``target``, then ``-max_penalty`` times the doublings past it over ``doublings``,
+    reaching ``-max_penalty`` at ``target * 2**doublings`` and flat beyond."""
+    if target <= 0 or doublings <= 0:
+        raise ValueError(f"log budget needs a positive target and doublings, got {target} and {doublings}")
+    if used <= target:
+        return 0.0
+    return -max_penalty * min(1.0, math.log2(used / target) / doublings)
+
+
 def dollar_cost_reward(cost_usd: float | None, target: float, max_penalty: float = 1.0) -> float | None:
     """The soft budget on dollars; None (no term) when the cost is unknown, never 0."""
     return None if cost_usd is None else soft_budget_penalty(cost_usd, target, max_penalty)
@@ -133,6 +145,8 @@ class RewardConfig(BaseModel):
     tokens_target: float = Field(default=12288, gt=0)
     token_measure: Literal["all", "output"] = "all"
     cost_units_target: float = Field(default=8.0, gt=0)
+    cost_budget: Literal["linear", "log"] = "linear"
+    cost_doublings: float = Field(default=4.0, gt=0)
     usd_target: float = Field(default=0.01, gt=0)
     require_cost: bool = False
     max_penalty: float = Field(default=1.0, ge=0)
@@ -210,7 +224,7 @@ def episode_rewards(
                                         cfg.theta_tool)
     tokens = (ep.output_tokens or 0) + (0 if cfg.token_measure == "output" else (ep.input_tokens or 0))
     out["efficiency_tokens"] = soft_budget_penalty(tokens, cfg.tokens_target, cfg.max_penalty)
-    out["efficiency_cost"] = soft_budget_penalty(ep.cost_units or 0.0, cfg.cost_units_target, cfg.max_penalty)
+    out["efficiency_cost"] = cost_units_penalty(ep.cost_units or 0.0, cfg)
     if ep.cost_usd is None and cfg.require_cost:
         raise ConfigError(f"episode {ep.id}: dollar cost unknown (a model has no price); give prices in pool.yaml "
                           "or set require_cost: false")
@@ -218,6 +232,13 @@ def episode_rewards(
     plan = plan_usage(result, calls, ep.status or "")
     out["completeness"] = planning_completeness(*plan) if plan is not None else None
     return {k: float(v) for k, v in out.items() if v is not None}
+
+
+def cost_units_penalty(units: float, cfg: RewardConfig) -> float:
+    """The efficiency_cost component for ``units`` compute units, by the config's budget shape."""
+    if cfg.cost_budget == "log":
+        return log_budget_penalty(units, cfg.cost_units_target, cfg.cost_doublings, cfg.max_penalty)
+    return soft_budget_penalty(units, cfg.cost_units_target, cfg.max_penalty)
 
 
 def episode_reward(store: TraceStore, episode_id: str, cfg: RewardConfig | None = None) -> float:
