@@ -7,8 +7,6 @@ requests are held back in the page's own ``fetch`` so that they do.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tests.serve.test_viewer import Chromium, Pair, _open, _row_ids, _rows, _serving, browser, pair
 
 __all__ = ["browser", "pair"]  # the fixtures, used by name below
@@ -32,8 +30,7 @@ HOLD_FIRST_VIEW = """
 """
 
 
-def test_a_hash_set_while_the_first_list_loads_is_what_stays_drawn(browser: Chromium, pair: Pair,
-                                                                   tmp_path: Path) -> None:
+def test_a_hash_set_while_the_first_list_loads_is_what_stays_drawn(browser: Chromium, pair: Pair) -> None:
     with _serving(pair.store) as base:
         page, errors, _ = _open(browser, "about:blank")
         try:
