@@ -11,17 +11,28 @@ filter is in the SQL), so the ``@test`` table stays untouched by the choice.
 Run from the repository root, after ``bench/local_pool.py`` has built the history::
 
     .venv/bin/python bench/auto_loo.py --k 12 --prior-weight 2,6,10 --relative-similarity 0.8,0.6,0.5 --safe-z none,1,2
+
+``--test-choices N`` then prints, for each setting, the arms ``auto`` would pick on the first N
+``@test`` examples of each task (the sample ``bench/local_pool.py`` runs, same seed) and how many
+differ from the first setting's. Only the ``@test`` *prompts* are read, as ``auto`` reads them
+when it runs; no ``@test`` episode or score is. It shows which rows of the table a new setting
+can change, before any episode is run::
+
+    .venv/bin/python bench/auto_loo.py --k 12 --prior-weight 6 --relative-similarity 0.5 --safe-z none,2 --test-choices 80
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from orchestrion import TraceStore
 from orchestrion.strategies.auto import Outcome, choose_arm, paired_difference, parse_outcomes
+
+sys.path.insert(0, str(Path(__file__).parent))
+from local_pool import TASKS  # noqa: E402  (the table's eight tasks)
 
 ARMS = "direct:qwen2.5-coder-1.5b,program:qwen2.5-coder-1.5b,direct:smollm2-135m,direct:qwen2.5-coder-0.5b"
 
@@ -31,6 +42,7 @@ def task_name(task_id: str) -> str:
     return task_id.rsplit("/", 1)[0]
 
 
+Setting = tuple[int, float, float, float | None]  # k, prior_weight, relative_similarity, safe_z
 Paired = dict[str, tuple[dict[str, float], dict[str, float]]]  # task -> (auto's scores, the baseline's)
 
 
@@ -53,6 +65,35 @@ def leave_one_out(history: list[Outcome], tasks: dict[str, str], arms: list[str]
     return out
 
 
+def picks(prompts: list[str], history: list[Outcome], arms: list[str], setting: Setting) -> list[str]:
+    """The arm auto's rule picks for each new prompt under one setting, from the whole history."""
+    k, pw, rel, z = setting
+    return [choose_arm(p, history, arms, k=k, prior_weight=pw, relative_similarity=rel, safe_z=z).arm
+            for p in prompts]
+
+
+def print_test_choices(history: list[Outcome], arms: list[str], grid: list[Setting], tasks: list[str], limit: int,
+                 seed: int) -> None:
+    """Per task, the arms each setting picks on the @test sample, and how many prompts changed arm."""
+    from orchestrion.eval.datasets import load_dataset
+
+    print("\n| task | setting | arms chosen on @test | changed from the first setting |\n|---|---|---|---|")
+    for task in tasks:
+        prompts = [t.prompt for t in load_dataset(f"bigbench:{task}@test", limit=limit, seed=seed).tasks]
+        first: list[str] = []
+        for setting in grid:
+            picked = picks(prompts, history, arms, setting)
+            first = first or picked
+            counts = Counter(picked).most_common()
+            changed = sum(a != b for a, b in zip(picked, first, strict=True))
+            print(f"| {task} | {_label(*setting)} | {', '.join(f'{a} ×{n}' for a, n in counts)} "
+                  f"| {changed} of {len(prompts)} |", flush=True)
+
+
+def _label(k: int, pw: float, rel: float, z: float | None) -> str:
+    return f"k {k}, prior_weight {pw:g}, relative_similarity {rel:g}, safe_z {'none' if z is None else f'{z:g}'}"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", type=Path, default=Path("bench/out/local_pool/traces.db"))
@@ -62,6 +103,10 @@ def main() -> None:
     ap.add_argument("--relative-similarity", default="0.8,0.6", help="neighbour cutoffs to try, comma-separated")
     ap.add_argument("--safe-z", default="none", help="guards of the first arm to try (auto's safe_z), comma-"
                                                      "separated; none = no guard")
+    ap.add_argument("--test-choices", type=int, default=0, metavar="N",
+                    help="also print the arms each setting picks on the first N @test examples per task")
+    ap.add_argument("--tasks", default=",".join(TASKS), help="tasks for --test-choices, comma-separated")
+    ap.add_argument("--seed", type=int, default=7, help="the @test sample's seed (bench/local_pool.py's)")
     args = ap.parse_args()
     if not args.db.exists():
         sys.exit(f"{args.db}: no trace database; build the history first with bench/local_pool.py --history-only")
@@ -73,7 +118,7 @@ def main() -> None:
     print("| k | prior_weight | relative_similarity | safe_z | mean difference | tasks below -1 se | per task |\n"
           "|---|---|---|---|---|---|---|")
     guards = [None if z.strip() == "none" else float(z) for z in args.safe_z.split(",")]
-    grid = [(int(k), float(pw), float(rel), z) for k in args.k.split(",") for pw in args.prior_weight.split(",")
+    grid: list[Setting] = [(int(k), float(pw), float(rel), z) for k in args.k.split(",") for pw in args.prior_weight.split(",")
             for rel in args.relative_similarity.split(",") for z in guards]
     for k, pw, rel, z in grid:
         per_task = leave_one_out(history, tasks, arms, k, pw, rel, z)
@@ -83,6 +128,8 @@ def main() -> None:
         cells = ", ".join(f"{t.split('/')[-1]} {d:+.2f} ± {se:.2f}" for t, (d, se, _) in diffs.items())
         print(f"| {k} | {pw:g} | {rel:g} | {'none' if z is None else f'{z:g}'} | {mean:+.3f} | {len(below)} "
               f"| {cells} |", flush=True)
+    if args.test_choices:
+        print_test_choices(history, arms, grid, args.tasks.split(","), args.test_choices, args.seed)
 
 
 if __name__ == "__main__":
