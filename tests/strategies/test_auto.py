@@ -164,7 +164,8 @@ async def test_bad_arms_are_one_line_config_errors(store: TraceStore, arm: str, 
 
 
 def test_safe_z_keeps_the_baseline_unless_an_arm_is_clear_of_it() -> None:
-    """With ``safe_z`` the first arm is replaced only by an arm that beats it paired by z se, or ties it."""
+    """With ``safe_z`` the first arm is replaced only by an arm that beats it paired by z se, or ties it
+    at a lower cost."""
     base = [1.0] * 4 + [0.0] * 12
     noisy = [1.0, 1.0, 0.0, 0.0] + [1.0] * 4 + [0.0] * 8  # loses 2 of base's wins, wins 4 others: +0.12 ± 0.15
     clear = [1.0] * 16
@@ -182,3 +183,6 @@ def test_safe_z_keeps_the_baseline_unless_an_arm_is_clear_of_it() -> None:
     assert pick(clear, base, 2.0).arm == "direct:small"  # far above the baseline: the guard lets it run
     assert pick(base, [0.0] * 16, 2.0).arm == "direct:small"  # a tie on every example, and cheaper
     assert pick(noisy, clear, 2.0).arm == "program:big"  # the best, clear of the baseline
+    # the pulled best is a noisy cheap arm; the program only ties the baseline, at 3x its compute: the baseline runs
+    tied = pick(noisy, base, 1.0)
+    assert tied.arm == "direct:big" and "program:big ties it at more compute" in tied.reason

@@ -31,8 +31,8 @@ Choice (pure, in :func:`choose_arm`):
    is chosen (ties: the candidates' order).
 4. with ``safe_z`` set, the first candidate (``direct`` on the orchestrator) is a guarded baseline:
    an arm replaces it only when its paired difference from it on the neighbours both ran is
-   ``safe_z`` standard errors above zero, or zero on every one of them (a tie, at lower cost);
-   with no arm left, the baseline runs. A gap inside the noise of a few dozen past examples can
+   ``safe_z`` standard errors above zero, or zero on every one of them and the arm is cheaper (a
+   tie buys nothing at a higher cost); with no arm left, the baseline runs. A gap inside the noise of a few dozen past examples can
    turn around on new ones, and this guard trades some of the mean for never paying that.
 
 The defaults (``k`` = 12, ``prior_weight`` = 6, ``relative_similarity`` = 0.5) scored best in a
@@ -192,7 +192,8 @@ def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str]
         st.pulled >= best.pulled - math.hypot(st.se, best.se) and st.vs_best[0] >= -st.vs_best[1])]
     guarded = ""
     if safe_z is not None:
-        good, guarded = _safe(good, candidates[0], per_prompt, safe_z)
+        good, guarded = _safe(good, candidates[0], per_prompt, safe_z,
+                              {a: st.cost_units for a, st in stats.items()})
     reason = (f"best on the {len(neighbours)} nearest past tasks: {top} (mean {best.mean:.2f} ± {best.se:.2f} "
               f"over {best.n}, pulled to {best.pulled:.2f} by its record elsewhere)")
     if not good:  # the guard left none: the baseline runs
@@ -208,18 +209,21 @@ def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str]
 
 
 def _safe(good: list[str], baseline: str, per_prompt: Mapping[str, Mapping[str, float]],
-          z: float) -> tuple[list[str], str]:
+          z: float, cost: Mapping[str, float]) -> tuple[list[str], str]:
     """The arms of ``good`` that may replace ``baseline``: those whose paired difference from it, on
-    the neighbours both ran, is at least ``z`` standard errors above zero (``mean - z * se >= 0``; an
-    arm that ties it example by example passes). With none left the baseline runs. Returns them and
-    a note for the reason."""
+    the neighbours both ran, is at least ``z`` standard errors above zero, and those that tie it on
+    every one of them at a lower cost (``cost``: compute units per episode). With none left the
+    baseline runs. Returns them and a note for the reason."""
     if baseline not in per_prompt:
         return good, "; the baseline has no neighbours to guard with"
     kept, dropped = [], []
     for a in good:
         diff, se, _ = paired_difference(per_prompt[a], per_prompt[baseline]) if a != baseline else (0.0, 0.0, 0)
-        if diff - z * se >= -1e-12:
+        tie = abs(diff) < 1e-12 and se < 1e-12
+        if a == baseline or (diff > 1e-12 and diff - z * se >= -1e-12) or (tie and cost[a] < cost[baseline]):
             kept.append(a)
+        elif tie:
+            dropped.append(f"{a} ties it at more compute")
         else:
             dropped.append(f"{a} {diff:+.2f} ± {se:.2f}")
     if not dropped:
