@@ -30,10 +30,13 @@ Choice (pure, in :func:`choose_arm`):
    an arm that loses examples the best wins has not). The cheapest arm that is as good as the best
    is chosen (ties: the candidates' order).
 4. with ``safe_z`` set, the first candidate (``direct`` on the orchestrator) is a guarded baseline:
-   an arm replaces it only when its paired difference from it on the neighbours both ran is
-   ``safe_z`` standard errors above zero, or zero on every one of them and the arm is cheaper (a
-   tie buys nothing at a higher cost); with no arm left, the baseline runs. A gap inside the noise of a few dozen past examples can
-   turn around on new ones, and this guard trades some of the mean for never paying that.
+   an arm replaces it only when its paired difference from it is ``safe_z`` standard errors above
+   zero, or zero on every example and the arm is cheaper (a tie buys nothing at a higher cost);
+   with no arm left, the baseline runs. The guard pairs them on *every* neighbour both ran, not
+   only the ``k`` nearest: the ``k`` nearest tell arms apart within a kind of task (three or five
+   objects to order), while replacing the strongest model must hold over the whole kind. A gap
+   inside the noise of a few dozen past examples can turn around on new ones, and this guard
+   trades some of the mean for never paying that.
 
 The defaults (``k`` = 12, ``prior_weight`` = 6, ``relative_similarity`` = 0.5) scored best in a
 leave-one-out over the local pool's ``@train`` history (``bench/auto_loo.py``): an arm needs more
@@ -153,7 +156,7 @@ def _ranked(query: str, history: Sequence[Outcome], candidates: Sequence[str],
 
 def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str], *, k: int = 12,
                min_trials: int = 2, explore: bool = True, relative_similarity: float = 0.5,
-               prior_weight: float = 6.0, safe_z: float | None = None) -> AutoChoice:
+               prior_weight: float = 6.0, safe_z: float | None = 2.0) -> AutoChoice:
     """Pick the arm for ``query`` (see the module doc); ``candidates`` in preference order, the first
     the baseline that ``safe_z`` guards."""
     ranked = _ranked(query, history, candidates, relative_similarity)
@@ -164,12 +167,14 @@ def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str]
             overall.setdefault(h.arm, []).append(h.score)
             ran.setdefault(h.arm, {}).setdefault(h.prompt, []).append(h)
     per_prompt: dict[str, dict[str, float]] = {}
+    everywhere: dict[str, dict[str, float]] = {}  # each arm on every neighbour it ran: what safe_z judges on
     costs: dict[str, list[float]] = {}
     for a, by in ran.items():  # each arm on the k nearest prompts that it ran
-        mine = [p for p, _ in ranked if p in by][:k]
+        mine = [p for p, _ in ranked if p in by]
         if mine:
-            per_prompt[a] = {p: sum(o.score for o in by[p]) / len(by[p]) for p in mine}
-            costs[a] = [o.cost_units for p in mine for o in by[p]]
+            everywhere[a] = {p: sum(o.score for o in by[p]) / len(by[p]) for p in mine}
+            per_prompt[a] = {p: everywhere[a][p] for p in mine[:k]}
+            costs[a] = [o.cost_units for p in mine[:k] for o in by[p]]
     used = {p for scores in per_prompt.values() for p in scores}
     neighbours = [(p, sim) for p, sim in ranked if p in used]
     stats = {a: _stats(per_prompt[a], costs[a], sum(overall[a]) / len(overall[a]), prior_weight)
@@ -192,7 +197,7 @@ def choose_arm(query: str, history: Sequence[Outcome], candidates: Sequence[str]
         st.pulled >= best.pulled - math.hypot(st.se, best.se) and st.vs_best[0] >= -st.vs_best[1])]
     guarded = ""
     if safe_z is not None:
-        good, guarded = _safe(good, candidates[0], per_prompt, safe_z,
+        good, guarded = _safe(good, candidates[0], everywhere, safe_z,
                               {a: st.cost_units for a, st in stats.items()})
     reason = (f"best on the {len(neighbours)} nearest past tasks: {top} (mean {best.mean:.2f} ± {best.se:.2f} "
               f"over {best.n}, pulled to {best.pulled:.2f} by its record elsewhere)")
@@ -289,9 +294,10 @@ class Auto(Strategy):
             default=6.0, ge=0, description="pseudo episodes at an arm's mean over all history that its mean on "
                                            "the neighbours is pulled towards (0: no pull)")
         safe_z: float | None = Field(
-            default=None, ge=0, description="guard the first arm (direct on the orchestrator): another arm runs "
-                                            "only when, paired on the neighbours, it beats it by this many "
-                                            "standard errors or ties it on every one (none: no guard)")
+            default=2.0, ge=0, description="guard the first arm (direct on the orchestrator): another arm runs "
+                                           "only when, paired on every neighbour both ran, it beats it by this "
+                                           "many standard errors, or ties it on every one and is cheaper "
+                                           "(none: no guard)")
         explore: bool = Field(default=True, description="run an arm that has too little history (else choose "
                                                         "among the arms that have some)")
         history_split: str | None = Field(
