@@ -307,7 +307,7 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
     runs: dict[str, dict[str, tuple[str, str]]] = {t: {} for t in tasks}
     # direct on the strongest model first (every verdict is against it), the other single models last
     plan = ([("direct", STRONGEST)] + [(s, None) for s in args.table]
-            + [("direct", m) for m in LOCAL_MODELS if m != STRONGEST])
+            + [("direct", m) for m in LOCAL_MODELS if m != STRONGEST and not args.strongest_only])
     for strategy, model in plan:  # phase 2: the table, one row at a time over every task
         for task in tasks:
             label, run_id = await one(task, "test", args.limit, strategy, model)
@@ -376,6 +376,8 @@ async def main() -> None:
     ap.add_argument("--limit-for", default="", metavar="STRATEGY=N,...",
                     help="fewer @test examples for some rows, e.g. para=10 or direct@smollm2-135m=20 (the first N "
                          "of the same sample; a larger N later extends that run)")
+    ap.add_argument("--strongest-only", action="store_true",
+                    help="of the single models, run direct on the strongest only in the @test table")
     ap.add_argument("--report-only", action="store_true",
                     help="print the tables from what has run so far (e.g. while a run is still going); run nothing")
     ap.add_argument("--kv-compare", type=int, default=0, metavar="N",
