@@ -101,8 +101,9 @@ def _load_state(path: Path) -> dict[str, str]:
 
 async def _run(key: str, config: EvalConfig, factory: PoolFactory, store: TraceStore, state: dict[str, str],
                state_path: Path) -> str:
-    """One eval run, resumed if it was started before; returns its run id."""
-    run_id = state.get(key)
+    """One eval run, resumed if it was started before; returns its run id. The run-id file is read
+    again here: another process may have started this run since this one began."""
+    run_id = _load_state(state_path).get(key, state.get(key))
     if run_id is not None:
         rows = store.query("SELECT status FROM runs WHERE id = ?", (run_id,))
         if rows and rows[0]["status"] == "finished":
