@@ -18,7 +18,8 @@ differ from the first setting's. Only the ``@test`` *prompts* are read, as ``aut
 when it runs; no ``@test`` episode or score is. It shows which rows of the table a new setting
 can change, before any episode is run::
 
-    .venv/bin/python bench/auto_loo.py --k 12 --prior-weight 6 --relative-similarity 0.5 --safe-z none,2 --test-choices 80
+    .venv/bin/python bench/auto_loo.py --k 12 --prior-weight 6 --relative-similarity 0.5 \
+        --safe-z none,2 --test-choices 80
 """
 
 from __future__ import annotations
@@ -118,8 +119,9 @@ def main() -> None:
     print("| k | prior_weight | relative_similarity | safe_z | mean difference | tasks below -1 se | per task |\n"
           "|---|---|---|---|---|---|---|")
     guards = [None if z.strip() == "none" else float(z) for z in args.safe_z.split(",")]
-    grid: list[Setting] = [(int(k), float(pw), float(rel), z) for k in args.k.split(",") for pw in args.prior_weight.split(",")
-            for rel in args.relative_similarity.split(",") for z in guards]
+    grid: list[Setting] = [(int(k), float(pw), float(rel), z) for k in args.k.split(",")
+                           for pw in args.prior_weight.split(",")
+                           for rel in args.relative_similarity.split(",") for z in guards]
     for k, pw, rel, z in grid:
         per_task = leave_one_out(history, tasks, arms, k, pw, rel, z)
         diffs = {t: paired_difference(got, base) for t, (got, base) in sorted(per_task.items())}
