@@ -91,8 +91,12 @@ def print_test_choices(history: list[Outcome], arms: list[str], grid: list[Setti
                   f"| {changed} of {len(prompts)} |", flush=True)
 
 
+def _z(z: float | None) -> str:
+    return "none" if z is None else f"{z:g}"
+
+
 def _label(k: int, pw: float, rel: float, z: float | None) -> str:
-    return f"k {k}, prior_weight {pw:g}, relative_similarity {rel:g}, safe_z {'none' if z is None else f'{z:g}'}"
+    return f"k {k}, prior_weight {pw:g}, relative_similarity {rel:g}, safe_z {_z(z)}"
 
 
 def main() -> None:
@@ -128,7 +132,7 @@ def main() -> None:
         below = [t for t, (d, se, _) in diffs.items() if d < -se - 1e-9]
         mean = sum(d for d, _, _ in diffs.values()) / max(1, len(diffs))
         cells = ", ".join(f"{t.split('/')[-1]} {d:+.2f} ± {se:.2f}" for t, (d, se, _) in diffs.items())
-        print(f"| {k} | {pw:g} | {rel:g} | {'none' if z is None else f'{z:g}'} | {mean:+.3f} | {len(below)} "
+        print(f"| {k} | {pw:g} | {rel:g} | {_z(z)} | {mean:+.3f} | {len(below)} "
               f"| {cells} |", flush=True)
     if args.test_choices:
         print_test_choices(history, arms, grid, args.tasks.split(","), args.test_choices, args.seed)

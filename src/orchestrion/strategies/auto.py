@@ -227,9 +227,12 @@ def _safe(good: list[str], baseline: str, per_prompt: Mapping[str, Mapping[str, 
         return good, "; the baseline has no neighbours to guard with"
     kept, dropped = [], []
     for a in good:
-        diff, se, _ = paired_difference(per_prompt[a], per_prompt[baseline]) if a != baseline else (0.0, 0.0, 0)
+        if a == baseline:
+            kept.append(a)
+            continue
+        diff, se, _ = paired_difference(per_prompt[a], per_prompt[baseline])
         tie = abs(diff) < 1e-12 and se < 1e-12
-        if a == baseline or (diff > 1e-12 and diff - z * se >= -1e-12) or (tie and cost[a] < cost[baseline]):
+        if (diff > 1e-12 and diff - z * se >= -1e-12) or (tie and cost[a] < cost[baseline]):
             kept.append(a)
         elif tie:
             dropped.append(f"{a} ties it at more compute")
