@@ -14,7 +14,7 @@ from orchestrion.cli import app
 from orchestrion.models.llama_cpp import LlamaCppModel
 from orchestrion.runtime.budget import BudgetTracker
 from orchestrion.runtime.context import RunContext
-from orchestrion.runtime.options import StrategyOptions, episode_options
+from orchestrion.runtime.options import StrategyOptions, episode_options, validate_options
 from orchestrion.strategies.para import Para
 from orchestrion.strategies.registry import strategies
 from orchestrion.trace.tracer import Tracer
@@ -79,6 +79,19 @@ async def test_wrong_type_names_option_value_and_type(store: TraceStore) -> None
     with pytest.raises(ConfigError, match=r"option 'on_invalid' = 'retry': expected 'fail' \| 'single_role'"):
         await solve("q", strategy="spec", pool=Pool.from_models([model]), store=store, options={"on_invalid": "retry"})
     assert model.calls == [] and episodes(store) == []
+
+
+def test_a_none_word_for_an_optional_option_says_to_write_null() -> None:
+    from orchestrion.strategies.auto import Auto
+
+    with pytest.raises(ConfigError) as info:
+        validate_options(Auto.Options, {"safe_z": "none"}, where="strategy 'auto'")
+    text = str(info.value)
+    assert text.startswith("strategy 'auto': option 'safe_z' = 'none': expected float | None")
+    assert text.endswith("for no value give null (--set safe_z=null, or safe_z: null in YAML)")
+    with pytest.raises(ConfigError) as other:  # not optional: no such hint
+        validate_options(Auto.Options, {"k": "none"}, where="strategy 'auto'")
+    assert "null" not in str(other.value)
 
 
 async def test_values_are_coerced_typed_and_recorded(store: TraceStore) -> None:

@@ -91,6 +91,9 @@ def describe_error(cls: type[StrategyOptions], error: ErrorDetails, values: Mapp
     shown = shown if len(shown) <= 60 else shown[:57] + "..."
     expected = type_name(cls.model_fields[key].annotation)
     detail = "" if error["type"] == "literal_error" else f" ({error['msg'].lower()})"
+    raw = values.get(key)
+    if isinstance(raw, str) and raw.strip().lower() in ("none", "null", "~") and "None" in expected.split(" | "):
+        detail += f"; for no value give null (--set {key}=null, or {key}: null in YAML)"
     return f"option '{key}' = {shown}: expected {expected}{detail}"
 
 
