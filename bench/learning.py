@@ -80,11 +80,17 @@ SIZES: dict[str, dict[str, Any]] = {
     # --student-grammar, 38 shorter ones took 9). GRPO rolls out one example of each task per step
     # (tasks_per_step 4 of the 8 drawn); the untrained student's row is left out of the evaluation
     # (the default size shows it: it almost never writes a valid action). On a GPU, raise the steps.
+    # The student decides under the action grammar (as a deployed one would, and vLLM's guided
+    # decoding on a GPU): without it most of its attempts are invalid and RL has no choice to shape.
+    # GRPO takes one optimizer step per rollout step, so at the default lr (1e-4) four steps move
+    # the LoRA by ~4e-4 a weight, a fifteenth of what SFT's 30 steps at 2e-4 did; lr 5e-4 lets four
+    # steps count.
     "mixed": {"train": ["arithmetic/3_digit_multiplication", "logical_deduction/three_objects",
                         "date_understanding", "sports_understanding"],
               "unseen": ["object_counting"], "train_limit": 6, "eval_limit": 2, "seeds": [1, 2, 3],
               "sft_steps": 30, "methods": ["sft", "grpo", "opod"], "augment": 0.3, "base_row": False,
-              "grpo": {"limit": 8, "group": 4, "steps": 1, "tasks_per_step": 4,
+              "student_grammar": True,
+              "grpo": {"limit": 8, "group": 4, "steps": 4, "tasks_per_step": 4, "lr": 5e-4,
                        "rewards": "rewards_delegation.yaml"},
               "opod": {"rollouts": 8, "steps": 2}},
 }
