@@ -4,12 +4,12 @@ The setting of the seeds at toy scale: the *teacher* is ``para`` with Qwen2.5-Co
 orchestrator on the ``local`` pool; the *student* is the same strategy and the same workers with
 SmolLM2-135M deciding, with no grammar and no schema added to its prompt (``structured: none``):
 it sees the prompts the teacher saw, and its valid-action rate measures what it learned.
-``--student-grammar`` decides under the action's JSON-schema grammar instead, as a deployed student
-would (llama.cpp's grammar, vLLM's guided decoding): the prompts are the same (a grammar adds no
-schema to them), its actions are valid by construction, and the rows then measure what it decides
-rather than whether it writes JSON. Stages,
-each recorded in ``OUT/state.json`` so that a rerun skips what is done and resumes an interrupted
-eval run (a session that stops mid-way loses at most one stage):
+``--student-grammar`` (always on under ``--mixed``) decides under the action's JSON-schema
+grammar instead, as a deployed student would (llama.cpp's grammar, vLLM's guided decoding): the
+prompts are the same (a grammar adds no schema to them), its actions are valid by construction,
+and the rows then measure what it decides rather than whether it writes JSON. Stages, each
+recorded in ``OUT/state.json`` so that a rerun skips what is done and resumes an interrupted eval
+run (a session that stops mid-way loses at most one stage):
 
 1. ``teacher:T`` — the teacher on the *training* side (``@train``) of each training task;
 2. ``export`` / ``sft`` — its successful decisions (``orchestrion train export``) and a LoRA on
@@ -73,18 +73,15 @@ SIZES: dict[str, dict[str, Any]] = {
                 "sft_steps": 60, "methods": ["sft", "grpo", "opod"], "augment": 0.3,
                 "grpo": {"limit": 2, "group": 4, "steps": 2}, "opod": {"rollouts": 4, "steps": 2}},
     # issue 21: tasks whose right first decision differs (a tool decides products, a program the
-    # orderings and dates, the strongest model alone the sports judgments). Sized to finish from
-    # scratch in under 150 minutes on 2 CPU cores, which leaves RL one GRPO step and two OPOD steps:
-    # the student's decision attempts here are ~2,000 tokens, and one GRPO update over a step's 55 of
-    # them took ~18 minutes of CPU backprop (before 51e692d dropped a redundant forward pass; under
-    # --student-grammar, 38 shorter ones took 9). GRPO rolls out one example of each task per step
-    # (tasks_per_step 4 of the 8 drawn); the untrained student's row is left out of the evaluation
-    # (the default size shows it: it almost never writes a valid action). On a GPU, raise the steps.
-    # The student decides under the action grammar (as a deployed one would, and vLLM's guided
-    # decoding on a GPU): without it most of its attempts are invalid and RL has no choice to shape.
-    # GRPO takes one optimizer step per rollout step, so at the default lr (1e-4) four steps move
-    # the LoRA by ~4e-4 a weight, a fifteenth of what SFT's 30 steps at 2e-4 did; lr 5e-4 lets four
-    # steps count.
+    # orderings and dates, the strongest model alone the sports judgments). The student decides
+    # under the action grammar (as a deployed one would, and vLLM's guided decoding on a GPU):
+    # without it most of its attempts are invalid and RL has no choice to shape. GRPO rolls out one
+    # example of each task per step (tasks_per_step 4 of the 8 drawn), ~10 minutes a step on 2 CPU
+    # cores (a step's ~36 decisions of ~2,000 tokens are backpropagated on the CPU). It takes one
+    # optimizer step per rollout step, so at the default lr (1e-4) four steps move the LoRA by ~4e-4
+    # a weight, a fifteenth of what SFT's 30 steps at 2e-4 did; lr 5e-4 lets four steps count. The
+    # untrained student's row is left out of the evaluation (the default size shows it: it almost
+    # never writes a valid action). On a GPU, raise the steps.
     "mixed": {"train": ["arithmetic/3_digit_multiplication", "logical_deduction/three_objects",
                         "date_understanding", "sports_understanding"],
               "unseen": ["object_counting"], "train_limit": 6, "eval_limit": 2, "seeds": [1, 2, 3],
@@ -573,7 +570,8 @@ async def main() -> None:
     ap.add_argument("--unseen-tasks", help="comma-separated BIG-bench tasks never trained on")
     ap.add_argument("--sft-steps", type=int, help="LoRA steps of SFT")
     ap.add_argument("--student-grammar", action="store_true",
-                    help="the student decides under the action's JSON-schema grammar (valid by construction)")
+                    help="the student decides under the action's JSON-schema grammar (valid by construction; "
+                         "--mixed always does)")
     ap.add_argument("--grpo-steps", type=int,
                     help="GRPO steps; on a finished run of the same size, more steps than it has continue its "
                          "GRPO from the checkpoint and evaluate the new adapter again")
