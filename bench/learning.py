@@ -320,6 +320,8 @@ def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
              + ("the student decides under a JSON-schema grammar; " if bench.size.get("student_grammar") else "")
              + "".join(f"GRPO went on from {e['from']} to {e['to']} steps after minute {e['at_minute']}; "
                        for e in bench.state.get("grpo_extended", []))
+             + "".join(f"{', '.join(e['methods'])} added after minute {e['at_minute']}; "
+                       for e in bench.state.get("methods_added", []))
              + "accuracy is the mean ± sd over seeds of each seed's mean over tasks; "
              f"run time {bench.state.get('wall_s', 0.0) / 60:.0f} min in {bench.state.get('invocations', 0)} "
              "invocation(s)\n"]
@@ -552,6 +554,24 @@ def extend_grpo(bench: Bench, size: dict[str, Any]) -> bool:
     return True
 
 
+def add_methods(bench: Bench, size: dict[str, Any]) -> bool:
+    """Take ``size`` when it differs from the recorded one only by more methods (a run made with
+    ``--methods sft,grpo``, then the same command without it): the new methods' stages run and
+    their rows join the evaluation; nothing recorded is dropped. The addition is kept in the
+    state's ``methods_added``. False for any other difference."""
+    recorded = bench.state["size"]
+    old, new = list(recorded.get("methods", [])), list(size.get("methods", []))
+    if ({k: v for k, v in recorded.items() if k != "methods"} != {k: v for k, v in size.items() if k != "methods"}
+            or not set(old) < set(new)):
+        return False
+    added = [m for m in new if m not in old]
+    bench.state.setdefault("methods_added", []).append(
+        {"methods": added, "at_minute": round(bench.state.get("wall_s", 0.0) / 60)})
+    bench.state["size"] = bench.size = size
+    bench.log(f"adding {', '.join(added)} to the recorded run (methods {', '.join(old)}); what is done is kept")
+    return True
+
+
 def _interrupt(signum: int, _frame: Any) -> None:
     raise KeyboardInterrupt(f"stopped by signal {signum}")
 
@@ -606,7 +626,7 @@ async def main() -> None:
                  "or pass the --out of an earlier run")
     bench = Bench(out, size)
     recorded = bench.state.setdefault("size", size)
-    if recorded != size and not args.table_only and extend_grpo(bench, size):
+    if recorded != size and not args.table_only and (extend_grpo(bench, size) or add_methods(bench, size)):
         recorded = size
     if recorded != size:  # a resumed run keeps its size; the state's keys mean nothing under another one
         if args.table_only or not any(getattr(args, k) for k in ("seeds", "eval_limit", "train_limit", "methods",

@@ -152,3 +152,33 @@ def test_only_a_raise_of_grpo_steps_alone_extends_a_run(tmp_path: Any, other: di
     assert not learning.extend_grpo(b, {**size, **other})
     assert b.state["grpo"] == "done" and b.state["size"] == size and "grpo_extended" not in b.state
     b.store.close()
+
+
+def test_more_methods_join_a_finished_run_and_keep_everything_recorded(tmp_path: Any) -> None:
+    size = {"train": ["a"], "seeds": [1], "methods": ["sft", "grpo"]}
+    b = learning.Bench(tmp_path, size)
+    done = {"size": size, "wall_s": 3000.0, "sft": "done", "adapter:sft": "s", "grpo": "done", "adapter:grpo": "g",
+            "eval:student:grpo:bigbench:a@test:1": "r1"}
+    b.state.update(done)
+    full = {**size, "methods": ["sft", "grpo", "opod"]}
+    assert learning.add_methods(b, full)
+    assert b.size == b.state["size"] == full
+    assert all(b.state[k] == v for k, v in done.items() if k != "size")
+    assert b.state["methods_added"] == [{"methods": ["opod"], "at_minute": 50}]
+    assert [r for r, _ in b.rows()][:3] == ["student:base", "student:sft", "student:grpo"]  # opod: no adapter yet
+    b.store.close()
+
+
+@pytest.mark.parametrize("other", [
+    {"methods": ["sft", "grpo"]},                     # the same methods
+    {"methods": ["sft"]},                             # fewer
+    {"methods": ["sft", "opod"]},                     # another set, not a superset
+    {"seeds": [1, 2], "methods": ["sft", "grpo", "opod"]},  # another size key changes too
+])
+def test_only_more_methods_alone_extend_a_run(tmp_path: Any, other: dict[str, Any]) -> None:
+    size = {"train": ["a"], "seeds": [1], "methods": ["sft", "grpo"]}
+    b = learning.Bench(tmp_path, size)
+    b.state.update({"size": size, "grpo": "done"})
+    assert not learning.add_methods(b, {**size, **other})
+    assert b.state["size"] == size and "methods_added" not in b.state
+    b.store.close()
