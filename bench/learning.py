@@ -540,9 +540,7 @@ def extend_grpo(bench: Bench, size: dict[str, Any]) -> bool:
     again; the raise is kept in the state's ``grpo_extended``. False for any other difference."""
     recorded = bench.state["size"]
     old, new = recorded.get("grpo", {}), size.get("grpo", {})
-    same_but_steps = ({k: v for k, v in recorded.items() if k != "grpo"} == {k: v for k, v in size.items()
-                                                                              if k != "grpo"}
-                      and {**old, "steps": None} == {**new, "steps": None})
+    same_but_steps = _same_but(recorded, size, "grpo") and _same_but(old, new, "steps")
     if not same_but_steps or new.get("steps", 0) <= old.get("steps", 0):
         return False
     for key in [k for k in bench.state if k in ("grpo", "adapter:grpo") or k.startswith("eval:student:grpo:")]:
@@ -554,6 +552,11 @@ def extend_grpo(bench: Bench, size: dict[str, Any]) -> bool:
     return True
 
 
+def _same_but(a: dict[str, Any], b: dict[str, Any], key: str) -> bool:
+    """Whether two sizes (or two of their sub-dicts) are equal apart from ``key``."""
+    return {k: v for k, v in a.items() if k != key} == {k: v for k, v in b.items() if k != key}
+
+
 def add_methods(bench: Bench, size: dict[str, Any]) -> bool:
     """Take ``size`` when it differs from the recorded one only by more methods (a run made with
     ``--methods sft,grpo``, then the same command without it): the new methods' stages run and
@@ -561,8 +564,7 @@ def add_methods(bench: Bench, size: dict[str, Any]) -> bool:
     state's ``methods_added``. False for any other difference."""
     recorded = bench.state["size"]
     old, new = list(recorded.get("methods", [])), list(size.get("methods", []))
-    if ({k: v for k, v in recorded.items() if k != "methods"} != {k: v for k, v in size.items() if k != "methods"}
-            or not set(old) < set(new)):
+    if not _same_but(recorded, size, "methods") or not set(old) < set(new):
         return False
     added = [m for m in new if m not in old]
     bench.state.setdefault("methods_added", []).append(

@@ -15,6 +15,7 @@ from orchestrion.models.llama_cpp import LlamaCppModel
 from orchestrion.runtime.budget import BudgetTracker
 from orchestrion.runtime.context import RunContext
 from orchestrion.runtime.options import StrategyOptions, episode_options, validate_options
+from orchestrion.strategies.auto import Auto
 from orchestrion.strategies.para import Para
 from orchestrion.strategies.registry import strategies
 from orchestrion.trace.tracer import Tracer
@@ -82,8 +83,6 @@ async def test_wrong_type_names_option_value_and_type(store: TraceStore) -> None
 
 
 def test_a_none_word_for_an_optional_option_says_to_write_null() -> None:
-    from orchestrion.strategies.auto import Auto
-
     with pytest.raises(ConfigError) as info:
         validate_options(Auto.Options, {"safe_z": "none"}, where="strategy 'auto'")
     text = str(info.value)
