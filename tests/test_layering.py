@@ -8,13 +8,15 @@
 No package imports ``api`` or ``cli``; no module imports another package's private module or
 name (the leaves are shared by every layer); strategies reach the trace only through the run
 context; no two modules import each other, directly or around a loop, even inside one package;
-and only the CLI imports the terminal libraries (typer, rich): the packages below it return
-plain data and take callbacks or protocols, and the CLI draws them.
+only the CLI imports the terminal libraries (typer, rich): the packages below it return
+plain data and take callbacks or protocols, and the CLI draws them; and only the trace package
+holds SQL (everything else calls the store's typed methods).
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -307,3 +309,46 @@ def test_the_terminal_rule_sees_terminal_imports() -> None:
     assert _terminal_below_cli(Edge("eval", "rich", "x.py:1", "rich.table", "orchestrion.eval.summary"))
     assert _terminal_below_cli(Edge("models", "typer", "x.py:1", "typer", "orchestrion.models.pool"))
     assert not _terminal_below_cli(Edge("cli", "rich", "x.py:1", "rich.table", "orchestrion.cli._render"))
+
+
+SQL = re.compile(r"\b(SELECT|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREATE (TABLE|INDEX|VIEW|TRIGGER)|"
+                 r"DROP (TABLE|INDEX)|ALTER TABLE|PRAGMA)\b")
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """The ids of the docstring nodes of a module and its classes and functions."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                found.add(id(first.value))
+    return found
+
+
+def _sql_outside_trace() -> list[str]:
+    """``file:line`` of every string (f-strings included) outside ``trace/`` that holds SQL."""
+    found = []
+    for path in sorted(ROOT.rglob("*.py")):
+        if path.relative_to(ROOT).parts[0] == "trace":
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        skip = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip \
+                    and SQL.search(node.value):
+                found.append(f"{path.relative_to(SRC.parent)}:{node.lineno}: {node.value[:60]!r}")
+    return found
+
+
+def test_only_the_trace_package_writes_sql() -> None:
+    # the store's typed methods are the interface (trace/_queries.py); SQL elsewhere couples a caller to the schema
+    bad = _sql_outside_trace()
+    assert not bad, "SQL outside orchestrion.trace (add a typed query in trace/_queries.py):\n  " + "\n  ".join(bad)
+
+
+def test_the_sql_rule_sees_sql() -> None:
+    # a guard against a pattern that can never match: the trace package itself is full of SQL
+    assert SQL.search("SELECT id FROM episodes WHERE run_id = ?")
+    assert SQL.search("UPDATE episodes SET meta = ?") and SQL.search("INSERT INTO runs (id) VALUES (?)")
+    assert not SQL.search("Select the best arm; update the harness; delete nothing")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -31,6 +31,11 @@ COUNTED = (f"finished = 1 AND status NOT IN ('{EpisodeStatus.INTERRUPTED}', '{Ep
 
 def _marks(values: Sequence[Any]) -> str:
     return ",".join("?" * len(values))
+
+
+def _chunks(values: Sequence[str], size: int = 500) -> list[tuple[str, ...]]:
+    """``values`` in pieces that stay under SQLite's limit on bound parameters per statement."""
+    return [tuple(values[i:i + size]) for i in range(0, len(values), size)]
 
 
 class TraceQueries:
@@ -176,13 +181,14 @@ class TraceQueries:
             params.append(limit)
         return [EpisodeRow.of(r) for r in self.query(sql, params)]
 
-    def episode_ids(self, *, run_id: str | None = None, limit: int | None = None) -> list[str]:
-        """Episode ids (of one run, if given), oldest first."""
-        sql = "SELECT id FROM episodes"
+    def episode_ids(self, *, run_id: str | None = None, finished: bool = False, limit: int | None = None) -> list[str]:
+        """Episode ids (of one run, if given; only finished ones with ``finished``), oldest first."""
+        where: list[str] = ["finished = 1"] if finished else []
         params: list[Any] = []
         if run_id is not None:
-            sql += " WHERE run_id = ?"
+            where.append("run_id = ?")
             params.append(run_id)
+        sql = "SELECT id FROM episodes" + (" WHERE " + " AND ".join(where) if where else "")
         sql += " ORDER BY started, rowid"
         if limit is not None:
             sql += " LIMIT ?"
@@ -220,7 +226,36 @@ class TraceQueries:
             params.append(split)
         return [EpisodeRow.of(r) for r in self.query(sql + " ORDER BY ended DESC LIMIT ?", (*params, limit))]
 
+    def task_prompts(self, run_id: str) -> set[str]:
+        """The distinct task prompts of the run's episodes."""
+        rows = self.query("SELECT DISTINCT json_extract(task, '$.prompt') AS p FROM episodes WHERE run_id = ?",
+                          (run_id,))
+        return {r["p"] for r in rows if isinstance(r["p"], str) and r["p"]}
+
+    def scored_episodes_of(self, prompts: Collection[str]) -> list[EpisodeRow]:
+        """Finished episodes with a ``meta.score`` whose task prompt is one of ``prompts``, oldest first."""
+        rows: list[dict[str, Any]] = []
+        for part in _chunks(sorted(prompts)):
+            rows += self.query(
+                "SELECT * FROM episodes WHERE finished = 1 AND json_extract(meta, '$.score') IS NOT NULL "
+                f"AND json_extract(task, '$.prompt') IN ({_marks(part)})", part)
+        return sorted(map(EpisodeRow.of, rows), key=lambda e: (e.started, e.id))
+
     # -- spans, events, decisions -------------------------------------------------------------
+    def ok_tool_names(self, episode_ids: Collection[str], tools: Collection[str]) -> dict[str, list[str]]:
+        """Per episode of ``episode_ids`` that called one of ``tools`` and got ``ok``: those tools,
+        each once, in the order they were first called."""
+        found: dict[str, list[str]] = {}
+        names = sorted(tools)
+        for part in _chunks(sorted(episode_ids)) if names else ():
+            for r in self.query(f"SELECT episode_id, name FROM spans WHERE kind = 'tool' AND status = 'ok' AND "
+                                f"name IN ({_marks(names)}) AND episode_id IN ({_marks(part)}) ORDER BY started, rowid",
+                                (*names, *part)):
+                called = found.setdefault(r["episode_id"], [])
+                if r["name"] not in called:
+                    called.append(r["name"])
+        return found
+
     def spans(self, episode_id: str, *, kinds: Sequence[str] | None = None, exclude_kinds: Sequence[str] = (),
               since: float | None = None, attrs: bool = True) -> list[SpanRow]:
         """The episode's spans by start time: only ``kinds`` (if given), none of ``exclude_kinds``,

@@ -17,7 +17,6 @@ have one, with the hint shown to the judge as evidence (:func:`orchestrion.train
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,36 +57,21 @@ def _how(ep: _Episode) -> str:
 
 def _load(store: TraceStore, prompts: set[str]) -> list[_Episode]:
     """Every finished, scored episode whose task prompt is one of ``prompts``."""
-    if not prompts:
-        return []
-    marks = ",".join("?" * len(prompts))
-    rows = store.query(
-        "SELECT id, strategy, task, meta, cost_units FROM episodes WHERE finished = 1 "
-        f"AND json_extract(meta, '$.score') IS NOT NULL AND json_extract(task, '$.prompt') IN ({marks})",
-        tuple(prompts))
-    ids = [r["id"] for r in rows]
-    ok_tools: dict[str, list[str]] = {}
-    if ids:
-        for s in store.query(f"SELECT episode_id, name FROM spans WHERE kind = 'tool' AND status = 'ok' AND "
-                             f"episode_id IN ({','.join('?' * len(ids))})", tuple(ids)):
-            if s["name"] in DECIDING_TOOLS and s["name"] not in ok_tools.setdefault(s["episode_id"], []):
-                ok_tools[s["episode_id"]].append(s["name"])
+    rows = store.scored_episodes_of(prompts)
+    ok_tools = store.ok_tool_names([r.id for r in rows], DECIDING_TOOLS)
     out = []
     for r in rows:
-        meta: dict[str, Any] = json.loads(r["meta"] or "{}")
+        meta: dict[str, Any] = r.meta_value()
         result = meta.get("result") if isinstance(meta.get("result"), dict) else {}
-        out.append(_Episode(r["id"], json.loads(r["task"])["prompt"], float(meta["score"]),
-                            float(r["cost_units"] or 0.0), arm_of(r["strategy"], result or {}) or r["strategy"],
-                            tuple(ok_tools.get(r["id"], []))))
+        out.append(_Episode(r.id, r.task_value()["prompt"], float(meta["score"]), float(r.cost_units or 0.0),
+                            arm_of(r.strategy, result or {}) or r.strategy, tuple(ok_tools.get(r.id, []))))
     return out
 
 
 def hindsight(store: TraceStore, run_id: str, *, saving: float = 0.25) -> dict[str, Hindsight]:
     """The hint for each episode of run ``run_id`` that lost points or overspent, by episode id."""
-    mine = {r["id"] for r in store.query("SELECT id FROM episodes WHERE run_id = ? AND finished = 1", (run_id,))}
-    prompts = {r["p"] for r in store.query(
-        "SELECT json_extract(task, '$.prompt') AS p FROM episodes WHERE run_id = ?", (run_id,)) if r["p"]}
-    episodes = _load(store, prompts)
+    mine = set(store.episode_ids(run_id=run_id, finished=True))
+    episodes = _load(store, store.task_prompts(run_id))
     by_prompt: dict[str, list[_Episode]] = {}
     for ep in episodes:
         by_prompt.setdefault(ep.prompt, []).append(ep)
