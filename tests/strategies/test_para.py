@@ -1,11 +1,22 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
-from orchestrion import Budget, Pool, ScriptedModel, ToolRegistry, TraceStore, solve
+from orchestrion import (
+    Budget,
+    ConfigError,
+    GenerateConfig,
+    Message,
+    Pool,
+    ScriptedModel,
+    ToolRegistry,
+    TraceStore,
+    solve,
+)
 from orchestrion.models.cost import Price
 from orchestrion.tools.agents import agent_tools
 from tests.helpers import CrashTool, SlowTool
@@ -45,15 +56,58 @@ async def test_serial_variant_does_not_overlap(store: TraceStore) -> None:
 
 async def test_at_most_max_calls_per_round_and_rounds_capped(store: TraceStore) -> None:
     slow = SlowTool(0.0)
-    # the scripted orchestrator never says final; rounds stop at max_rounds=3, calls capped at 2 per round
+    # the scripted orchestrator never says final; rounds stop at max_rounds=3, 2 calls per round
     n = iter(range(100))
     orch = ScriptedModel(lambda m, c: "final" if c.json_schema is None else action(
-        [{"tool": "slow", "input": f"x{next(n)}"} for _ in range(4)]), name="orch")
+        [{"tool": "slow", "input": f"x{next(n)}"} for _ in range(2)]), name="orch")
     res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store,
                       options={"max_rounds": 3, "max_calls": 2})
     assert len(slow.spans) == 6
     assert res.meta["rounds"] == 3
     assert res.answer == "final"
+
+
+async def test_max_calls_is_the_actions_limit_six_calls_run_in_one_round(store: TraceStore) -> None:
+    # the limit of the action schema is the option, not the paper's 4: six calls validate and run together
+    slow = SlowTool(0.2)
+    decisions = [action([{"tool": "slow", "input": str(i)} for i in range(6)]), action([], True)]
+    schemas: list[dict[str, Any]] = []
+
+    def reply(messages: Sequence[Message], config: GenerateConfig) -> str:
+        if config.json_schema is None:
+            return "answer: 6"
+        schemas.append(config.json_schema)
+        return decisions.pop(0)
+
+    orch = ScriptedModel(reply, name="orch")
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store,
+                      options={"max_calls": 6})
+    assert res.status == "ok" and res.meta["calls"] == 6 and res.meta["invalid_decisions"] == 0
+    assert sorted(slow.windows) == [str(i) for i in range(6)] and overlapping(slow.spans)
+    first = store.decisions(res.trace_id)[0]
+    assert first.valid and first.schema_name == "ParaAction"
+    assert schemas[0]["properties"]["calls"]["maxItems"] == 6  # what a constrained decoder is held to
+
+
+async def test_an_action_over_max_calls_is_invalid_and_repaired(store: TraceStore) -> None:
+    slow = SlowTool(0.0)
+    three = action([{"tool": "slow", "input": str(i)} for i in range(3)])
+    two = action([{"tool": "slow", "input": str(i)} for i in range(2)])
+    orch = ScriptedModel([three, two, action([], True), "done"], name="orch")
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store,
+                      options={"max_calls": 2})
+    decisions = store.decisions(res.trace_id)
+    assert [d.valid for d in decisions][:2] == [False, True] and "at most 2 items" in (decisions[0].error or "")
+    assert len(slow.spans) == 2 and res.meta["calls"] == 2
+
+
+@pytest.mark.parametrize("value", [0, 65])
+async def test_max_calls_out_of_range_is_refused_before_the_episode(store: TraceStore, value: int) -> None:
+    orch = ScriptedModel(["x"], name="orch")
+    with pytest.raises(ConfigError, match="option 'max_calls'"):
+        await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([]), store=store,
+                    options={"max_calls": value})
+    assert orch.calls == [] and store.episodes() == []
 
 
 async def test_failures_become_statuses_fed_back(store: TraceStore) -> None:

@@ -19,9 +19,10 @@ and is prompted to compute.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from .._prompts import render
 from .._text import numbers_in
@@ -46,14 +47,28 @@ class Call(BaseModel):
     args: dict[str, Any] | None = None
 
 
+PAPER_CALLS = 4  # calls per round in the paper, and the default of option ``max_calls``
+MOST_CALLS = 64  # the largest ``max_calls``: one decision holds them all, at up to 600 characters of input each
+
+
 class ParaAction(BaseModel):
-    """ParaManager's action: up to N calls this round, or stop (``final``)."""
+    """ParaManager's action: up to ``max_calls`` calls this round (:func:`para_action`), or stop (``final``)."""
 
     model_config = ConfigDict(extra="ignore")
 
     thought: str = Field(default="", max_length=200)
-    calls: list[Call] = Field(default_factory=list, max_length=4)
+    calls: list[Call] = Field(default_factory=list, max_length=PAPER_CALLS)
     final: bool = False
+
+
+@functools.lru_cache(maxsize=8)
+def para_action(max_calls: int) -> type[ParaAction]:
+    """The action schema of an episode whose option ``max_calls`` is ``max_calls``: at most that many
+    calls validate. Named ``ParaAction`` whatever the limit, as decisions are recorded by schema name."""
+    if max_calls == PAPER_CALLS:
+        return ParaAction
+    return create_model("ParaAction", __base__=ParaAction, __module__=__name__,
+                        calls=(list[Call], Field(default_factory=list, max_length=max_calls)))
 
 
 @register
@@ -64,7 +79,8 @@ class Para(Strategy):
 
     class Options(StrategyOptions):
         max_rounds: int = Field(default=12, ge=1, description="most orchestrator rounds before synthesis (paper: 12)")
-        max_calls: int = Field(default=4, ge=1, description="most parallel calls per round (paper: 4)")
+        max_calls: int = Field(default=PAPER_CALLS, ge=1, le=MOST_CALLS,
+                               description=f"most parallel calls per round (paper: {PAPER_CALLS}; 1 to {MOST_CALLS})")
         max_invalid_rounds: int = Field(
             default=3, ge=0, description="rounds in a row without a valid action before para stops deciding and "
                                          "answers from the results it has (0 = never stop early)")
@@ -81,9 +97,9 @@ class Para(Strategy):
             tools="\n".join(f"- {t.signature()}" for t in ctx.tools.tools()),
             models="\n".join(_model_line(row) for row in ctx.pool.describe()),
         ))
-        schema = narrow(ParaAction.model_json_schema(), {"tool": ctx.tools.names, "model": ctx.pool.names},
+        schema_cls = para_action(max_calls)
+        schema = narrow(schema_cls.model_json_schema(), {"tool": ctx.tools.names, "model": ctx.pool.names},
                         drop=("args",))
-        schema["properties"]["calls"]["maxItems"] = max_calls
         history: list[str] = []
         results: list[tuple[Call, ToolResult]] = []
         invalid = streak = 0
@@ -94,7 +110,7 @@ class Para(Strategy):
             with ctx.tracer.span("round", f"round {rnd}"):
                 prompt = render("para_round", task=task.prompt, history=_recent(history), round=rnd,
                                 max_rounds=max_rounds)
-                decision = await ctx.decide(ParaAction, [system, msg("user", prompt)], json_schema=schema,
+                decision = await ctx.decide(schema_cls, [system, msg("user", prompt)], json_schema=schema,
                                             name=f"round {rnd}")
                 if decision.action is None:
                     invalid, streak = invalid + 1, streak + 1
@@ -109,7 +125,7 @@ class Para(Strategy):
                     stop = "final"
                     break
                 asked = [self._routed(ctx, c, task.prompt, rnd) if opts.programs_by_coder else c
-                         for c in action.calls[:max_calls]]
+                         for c in action.calls]
                 fresh = {_key(c): c for c in asked if _key(c) not in done}
                 calls = list(fresh.values())  # each distinct call once
                 if not calls:  # the same calls again would give the same results: nothing new can come
