@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -113,13 +114,40 @@ async def test_429_honours_retry_after_and_caps_it(server: FakeOpenAIServer) -> 
     t0 = time.perf_counter()
     await model.complete(MESSAGES, CFG)
     assert time.perf_counter() - t0 >= 0.28 and server.count == 2
-    server.count, server.retry_after = 0, 100.0
-    capped = make(server, max_retries=2, max_retry_after_s=0.05)
+    server.count, server.retry_after = 0, 100.0  # within the call's timeout, so waited for, up to the cap
+    capped = make(server, max_retries=2, max_retry_after_s=0.05, timeout_s=200.0)
     t0 = time.perf_counter()
     await capped.complete(MESSAGES, CFG)
     assert time.perf_counter() - t0 < 2 and server.count == 2
     await model.aclose()
     await capped.aclose()
+
+
+async def test_a_retry_after_beyond_the_timeout_fails_at_once_with_that_reason(server: FakeOpenAIServer) -> None:
+    server.fail_first, server.fail_status, server.retry_after = 10, 429, 3600.0
+    model = make(server, max_retries=3, timeout_s=5.0)
+    t0 = time.perf_counter()
+    with pytest.raises(ModelHTTPError) as info:
+        await model.complete(MESSAGES, CFG)
+    await model.aclose()
+    text = str(info.value)
+    assert time.perf_counter() - t0 < 2 and server.count == 1  # no wait, no second request
+    assert "asks to wait 3600s before a retry, longer than the call's timeout of 5s" in text and "\n" not in text
+    assert "HTTP 429" in text and (info.value.status, info.value.retryable) == (429, True)
+
+
+async def test_each_retry_says_on_one_line_that_it_waits(server: FakeOpenAIServer,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    server.fail_first, server.fail_status, server.retry_after = 2, 429, 0.05
+    model = make(server, max_retries=3)
+    with caplog.at_level(logging.WARNING, logger="orchestrion.models.openai_api"):
+        out = await model.complete(MESSAGES, CFG)
+    await model.aclose()
+    assert out.text == "echo: say hello world"
+    lines = [r.getMessage() for r in caplog.records if r.name == "orchestrion.models.openai_api"]
+    assert len(lines) == 2 and all("\n" not in line for line in lines), lines
+    assert "'tiny'" in lines[0] and "HTTP 429" in lines[0] and "retry 1 of 3 in 0.1s" in lines[0]
+    assert "retry 2 of 3" in lines[1]
 
 
 async def test_400_fails_at_once_with_one_line_error(server: FakeOpenAIServer) -> None:

@@ -1,5 +1,6 @@
-"""Wire helpers of the ``openai-api`` backend: SSE framing, error bodies, ``Retry-After``,
-token ids and log-probs out of a response, and the schema note for prompt-mode JSON."""
+"""Wire helpers of the ``openai-api`` backend: SSE framing, what the chunks of a stream add up
+to, error bodies, ``Retry-After``, token ids and log-probs out of a response, and the schema note
+for prompt-mode JSON."""
 
 from __future__ import annotations
 
@@ -13,6 +14,13 @@ import orjson
 
 from .types import Message, msg
 
+_DONE = b"[DONE]"
+
+
+def _payload(line: bytes) -> bytes | None:
+    """The payload of one ``data:`` line (None for any other line)."""
+    return line[5:].strip() if line.startswith(b"data:") else None
+
 
 async def sse_data(resp: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
     """The payloads of ``data:`` lines, up to ``[DONE]`` or the end of the body."""
@@ -21,15 +29,79 @@ async def sse_data(resp: aiohttp.ClientResponse) -> AsyncGenerator[bytes, None]:
         buf += chunk
         *lines, buf = buf.split(b"\n")
         for line in lines:
-            if line.startswith(b"data:"):
-                data = line[5:].strip()
-                if data == b"[DONE]":
-                    return
-                if data:
-                    yield data
-    data = buf[5:].strip() if buf.startswith(b"data:") else b""
-    if data and data != b"[DONE]":
+            data = _payload(line)
+            if data == _DONE:
+                return
+            if data:
+                yield data
+    data = _payload(buf)
+    if data and data != _DONE:
         yield data
+
+
+def is_sse(content_type: str, raw: bytes | None = None) -> bool:
+    """Whether a response is a server-sent event stream: by its Content-Type, or (for a body read
+    whole, ``raw``) by its first line, for a server that streams under another type."""
+    if content_type.lower() == "text/event-stream":
+        return True
+    return raw is not None and raw.lstrip().startswith((b"data:", b":", b"event:", b"id:", b"retry:"))
+
+
+def sse_payloads(raw: bytes) -> list[bytes]:
+    """The ``data:`` payloads of a whole SSE body, up to ``[DONE]``."""
+    found = []
+    for line in raw.split(b"\n"):
+        data = _payload(line)
+        if data == _DONE:
+            break
+        if data:
+            found.append(data)
+    return found
+
+
+class InvalidChunk(ValueError):
+    """A stream event that is not a chat-completion chunk."""
+
+
+class StreamState:
+    """What the chunks of one streamed completion add up to.
+
+    ``choices`` counts the chunks that carried a choice: a stream with none (``choices: []``
+    throughout, or no chunk at all) answered nothing, which the caller reports as an invalid
+    response rather than an empty answer."""
+
+    def __init__(self) -> None:
+        self.pieces: list[str] = []
+        self.logprobs: list[float] = []
+        self.token_ids: list[int] = []
+        self.usage: Any = None  # in the last chunk, with stream_options.include_usage
+        self.finish = "stop"
+        self.choices = 0
+
+    def feed(self, data: bytes) -> str:
+        """The content delta of one ``data:`` payload ("" when it has none); :class:`InvalidChunk`
+        when the payload is not a chunk (an error event included)."""
+        try:
+            event = orjson.loads(data)
+            if not isinstance(event, dict) or event.get("error"):
+                raise InvalidChunk
+            self.usage = event.get("usage") or self.usage
+            choices = event.get("choices")
+            if choices is None or choices == []:
+                return ""
+            choice = choices[0]
+            self.choices += 1
+            self.finish = choice.get("finish_reason") or self.finish
+            self.logprobs.extend(logprobs(choice.get("logprobs")) or ())
+            self.token_ids.extend(ints(choice.get("token_ids")) or ())
+            piece = (choice.get("delta") or {}).get("content") or ""
+        except (ValueError, AttributeError, TypeError, KeyError, IndexError):  # incl. JSONDecodeError
+            raise InvalidChunk from None
+        if not isinstance(piece, str):
+            raise InvalidChunk
+        if piece:
+            self.pieces.append(piece)
+        return piece
 
 
 def with_schema_prompt(messages: list[Message], schema: dict[str, Any]) -> list[Message]:

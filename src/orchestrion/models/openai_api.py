@@ -18,7 +18,7 @@ import os
 import random
 import re
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import aiohttp
@@ -276,6 +276,8 @@ class OpenAIAPIModel:
             choice = obj["choices"][0]
             text = (choice.get("message") or {}).get("content") or ""
             finish = choice.get("finish_reason") or "stop"
+            if not isinstance(text, str) or not isinstance(finish, str):
+                raise TypeError(text)
         except (orjson.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
             raise self._invalid(raw) from None
         prompt_ids = obj.get("prompt_token_ids") or choice.get("prompt_token_ids")
@@ -300,43 +302,53 @@ class OpenAIAPIModel:
     async def _stream(
         self, messages: Sequence[Message], config: GenerateConfig, handle: ChatStream
     ) -> AsyncGenerator[str, None]:
+        """The content deltas of a streamed request; ``handle.completion`` once it ended. A reply
+        that is not an event stream is read whole: a JSON completion (a server that ignores
+        ``stream``) is one piece, anything else an invalid response; so is a stream that carries
+        no choice at all."""
         start = time.perf_counter()
         resp, _, mode = await self._post(messages, config, stream=True)
-        pieces: list[str] = []
-        logprobs: list[float] = []
-        token_ids: list[int] = []
-        usage: Any = None
-        finish, ttft = "stop", None  # usage arrives in the last chunk (stream_options.include_usage)
+        state, ttft = wire.StreamState(), None
         try:
             async with resp:
-                async for data in wire.sse_data(resp):
+                if not wire.is_sse(resp.content_type):
+                    raw = await resp.read()
+                    if not wire.is_sse(resp.content_type, raw):
+                        whole = self._parse(raw, config, mode, start)
+                        if whole.text:
+                            yield whole.text
+                        whole.extra["ttft_s"] = whole.latency_s if whole.text else None
+                        handle.completion = whole
+                        return
+                    payloads: AsyncIterator[bytes] = _each(wire.sse_payloads(raw))
+                else:
+                    payloads = wire.sse_data(resp)
+                async for data in payloads:
                     try:
-                        event = orjson.loads(data)
-                        if event.get("error"):
-                            raise ValueError(data)
-                        usage = event.get("usage") or usage
-                        choice = (event.get("choices") or [{}])[0]
-                        finish = choice.get("finish_reason") or finish
-                        logprobs.extend(wire.logprobs(choice.get("logprobs")) or ())
-                        token_ids.extend(wire.ints(choice.get("token_ids")) or ())
-                        piece = (choice.get("delta") or {}).get("content")
-                    except (ValueError, AttributeError, TypeError, KeyError, IndexError):  # incl. JSONDecodeError
+                        piece = state.feed(data)
+                    except wire.InvalidChunk:
                         raise self._invalid(data) from None
                     if piece:
-                        if ttft is None:
-                            ttft = time.perf_counter() - start
-                        pieces.append(piece)
+                        ttft = time.perf_counter() - start if ttft is None else ttft
                         yield piece
         except (aiohttp.ClientError, TimeoutError) as exc:
             raise ModelUnavailableError(
                 f"model '{self.name}' at {self.url} broke off the stream: "
                 f"{wire.one_line(str(exc) or type(exc).__name__)}"
             ) from None
+        if not state.choices:
+            raise ModelError(f"model '{self.name}' at {self.url} returned an invalid response: "
+                             "the stream carried no choice")
         handle.completion = Completion(
-            "".join(pieces), self.name, self._usage(usage), time.perf_counter() - start, finish,
-            token_ids=token_ids or None, logprobs=logprobs if config.logprobs else None,
-            structured_mode=mode, extra={"ttft_s": ttft, **wire.cached_prompt(usage)},
+            "".join(state.pieces), self.name, self._usage(state.usage), time.perf_counter() - start, state.finish,
+            token_ids=state.token_ids or None, logprobs=state.logprobs if config.logprobs else None,
+            structured_mode=mode, extra={"ttft_s": ttft, **wire.cached_prompt(state.usage)},
         )
+
+
+async def _each(items: Sequence[bytes]) -> AsyncIterator[bytes]:
+    for item in items:
+        yield item
 
 
 class ChatStream:
