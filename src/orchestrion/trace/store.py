@@ -6,6 +6,12 @@ everything enqueued so far is committed; an episode counts as finished only
 once its closing update has been committed (``episodes.finished = 1``).
 Reads use their own short-lived connections (WAL mode lets them run beside
 the writer).
+
+A batch that fails with an ``sqlite3.OperationalError`` (a full disk, an I/O error, a lock
+held too long) is held and tried again every ``RETRY_S`` seconds, ahead of what comes after it,
+until it commits: the store recovers on its own once writes succeed again. While it fails,
+:attr:`TraceStore.failing` says why, flushes raise, and submits are still taken up to
+``MAX_HELD`` statements. Any other error (a bad statement) stops the writer for good.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from .._errors import TraceError
 from ._queries import TraceQueries
@@ -27,6 +33,8 @@ from .bus import TraceBus, TraceEvent
 
 _Marker = threading.Event | tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
 _STOP = object()
+RETRY_S = 1.0  # while writes fail: how often the held batch is tried again
+MAX_HELD = 100_000  # statements held while writes fail; past that, submit raises
 
 
 def default_db_path() -> Path:
@@ -94,7 +102,9 @@ class TraceStore(TraceQueries):
         self._pending: list[object] = []
         self._lock = threading.Lock()
         self._wake = threading.Event()
-        self._error: BaseException | None = None
+        self._error: BaseException | None = None  # a failure the writer cannot recover from
+        self._failure: sqlite3.OperationalError | None = None  # the last batch failed; it is being retried
+        self._held = 0  # statements waiting for the retry
         self.transactions = 0
         self.bus = TraceBus()
         self._thread = threading.Thread(target=self._writer, name="orchestrion-trace-writer", daemon=True)
@@ -107,16 +117,27 @@ class TraceStore(TraceQueries):
         return conn
 
     # -- writing ----------------------------------------------------------------
-    def submit(self, sql: str, params: Sequence[Any] = ()) -> None:
-        """Enqueue one statement; it is committed by the writer thread soon after."""
+    @property
+    def failing(self) -> str | None:
+        """Why writes fail right now (None while they succeed)."""
+        found = self._error or self._failure
+        return None if found is None else str(found)
+
+    def _check_writable(self) -> None:
         if self._error is not None:
             raise TraceError(f"trace store {self.path}: writer failed: {self._error}")
+        if self._failure is not None and self._held + len(self._pending) >= MAX_HELD:
+            raise TraceError(f"trace store {self.path}: writes are failing ({self._failure}) and "
+                             f"{MAX_HELD} statements wait already")
+
+    def submit(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Enqueue one statement; it is committed by the writer thread soon after."""
+        self._check_writable()
         self._put((sql, params))
 
     def submit_all(self, statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
         """Enqueue several statements that are committed in one transaction (all or none)."""
-        if self._error is not None:
-            raise TraceError(f"trace store {self.path}: writer failed: {self._error}")
+        self._check_writable()
         if not statements:
             return
         # The writer takes the whole pending list at once under this lock, so
@@ -158,8 +179,10 @@ class TraceStore(TraceQueries):
         self._raise_if_failed()
 
     def _raise_if_failed(self) -> None:
-        if self._error is not None:
-            raise TraceError(f"trace store {self.path}: writer failed: {self._error}")
+        self._check_writable()
+        if self._failure is not None:
+            raise TraceError(f"trace store {self.path}: writes are failing ({self._failure}); "
+                             f"{self._held} statements are held and tried again every {RETRY_S:g}s")
 
     def close(self) -> None:
         if self._thread.is_alive():
@@ -168,40 +191,29 @@ class TraceStore(TraceQueries):
 
     def _writer(self) -> None:
         conn = self._connect()
+        held: list[object] = []  # statements (and announcements) of the batch that failed, tried again first
         stop = False
         while not stop:
-            self._wake.wait()
+            self._wake.wait(RETRY_S if held else None)
             time.sleep(self._linger_s)  # let a burst accumulate into one transaction
             with self._lock:
                 batch, self._pending = self._pending, []
                 self._wake.clear()
-            markers: list[_Marker] = []
-            published: list[TraceEvent] = []
+            stop = any(entry is _STOP for entry in batch)
+            markers: list[_Marker] = [e for e in batch if _is_marker(e)]
+            entries = [*held, *(e for e in batch if e is not _STOP and not _is_marker(e))]
             try:
                 with conn:
-                    group_sql: str | None = None
-                    group: list[Sequence[Any]] = []
-                    for entry in batch:
-                        if entry is _STOP:
-                            stop = True
-                        elif isinstance(entry, threading.Event) or (
-                            isinstance(entry, tuple) and isinstance(entry[0], asyncio.AbstractEventLoop)
-                        ):
-                            markers.append(entry)
-                        elif isinstance(entry, _Publish):
-                            published.append(entry.event)
-                        else:
-                            sql: str = entry[0]  # type: ignore[index]
-                            params: Sequence[Any] = entry[1]  # type: ignore[index]
-                            if sql != group_sql:
-                                _run(conn, group_sql, group)
-                                group_sql, group = sql, []
-                            group.append(params)
-                    _run(conn, group_sql, group)
+                    _apply(conn, entries)
                 self.transactions += 1
+                held, self._failure = [], None
+            except sqlite3.OperationalError as exc:  # a full disk, say: the batch is kept and tried again
+                held, self._failure = entries, exc
             except sqlite3.Error as exc:
-                self._error = exc
-            if published and self._error is None:
+                held, self._error = [], exc
+            self._held = sum(not isinstance(e, _Publish) for e in held)
+            published = [e.event for e in entries if isinstance(e, _Publish)]
+            if published and not held and self._error is None:
                 self.bus.publish(published)
             for marker in markers:
                 if isinstance(marker, threading.Event):
@@ -272,6 +284,28 @@ class _Publish:
 
     def __init__(self, event: TraceEvent) -> None:
         self.event = event
+
+
+def _is_marker(entry: object) -> TypeGuard[_Marker]:
+    """A flush waiting for what came before it: a thread's Event, or a loop's future."""
+    return isinstance(entry, threading.Event) or (
+        isinstance(entry, tuple) and isinstance(entry[0], asyncio.AbstractEventLoop))
+
+
+def _apply(conn: sqlite3.Connection, entries: list[object]) -> None:
+    """The statements among ``entries``, in order, consecutive identical ones as one executemany."""
+    group_sql: str | None = None
+    group: list[Sequence[Any]] = []
+    for entry in entries:
+        if isinstance(entry, _Publish):
+            continue
+        sql: str = entry[0]  # type: ignore[index]
+        params: Sequence[Any] = entry[1]  # type: ignore[index]
+        if sql != group_sql:
+            _run(conn, group_sql, group)
+            group_sql, group = sql, []
+        group.append(params)
+    _run(conn, group_sql, group)
 
 
 def _run(conn: sqlite3.Connection, sql: str | None, rows: list[Sequence[Any]]) -> None:
