@@ -11,6 +11,10 @@ No field is silently ignored. Every field of OpenAI's chat-completions request h
   OpenAI schema has, are listed back to the client in the ``X-Orchestrion-Ignored-Fields``
   header and the response's ``orchestrion.ignored``.
 
+The same holds at every depth: a key inside a field (``stream_options.bogus``,
+``messages.0.bogus``, ``response_format.json_schema.bogus``, a content part's or an input
+item's key that is not read) is listed back by its dotted path, as a top-level one is.
+
 Types are checked first (``temperature: "hot"`` is a 400 naming the field, as vLLM's schema does).
 """
 
@@ -171,4 +175,33 @@ def screen(req: BaseModel, rules: dict[str, Rule]) -> tuple[list[str], tuple[str
         if rule.fate == "ignored" and getattr(req, name) is not None:
             ignored.append(name)
     ignored += sorted(req.model_extra or {})
+    for name in _declared(req):
+        ignored += nested_extras(getattr(req, name), _key(req, name))
     return ignored, None
+
+
+def nested_extras(value: Any, where: str) -> list[str]:
+    """The keys below ``where`` that no schema has (``where.key``, at any depth of models and lists)."""
+    if isinstance(value, BaseModel):
+        found = [f"{where}.{key}" for key in sorted(value.model_extra or {})]
+        for name in _declared(value):
+            found += nested_extras(getattr(value, name), f"{where}.{_key(value, name)}")
+        return found
+    if isinstance(value, list):
+        return [key for i, item in enumerate(value) for key in nested_extras(item, f"{where}.{i}")]
+    return []
+
+
+def unread_keys(item: dict[str, Any], read: frozenset[str], where: str) -> list[str]:
+    """The keys of a plain JSON object (a content part, an input item) that serve does not read."""
+    return [f"{where}.{key}" for key in sorted(item) if key not in read]
+
+
+def _declared(model: BaseModel) -> list[str]:
+    """The declared fields the client sent (``model_fields_set`` also holds the extra keys)."""
+    return sorted(name for name in model.model_fields_set if name in type(model).model_fields)
+
+
+def _key(model: BaseModel, name: str) -> str:
+    """A field's name as the client sends it (its alias: ``schema``, not ``schema_``)."""
+    return type(model).model_fields[name].alias or name

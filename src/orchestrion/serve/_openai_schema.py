@@ -50,7 +50,10 @@ Errors
     budget over the cap, 401 a missing or wrong ``Authorization: Bearer`` key (with ``--api-key-env``),
     404 unknown model or path, 413 a body over ``--max-body-kb``, 429 more than
     ``--max-concurrent`` episodes in flight (with ``Retry-After``), 502 an episode that ended in
-    ``error``, 500 an error outside the episode, as one line.
+    ``error``, 503 a trace store that cannot write (``trace_store_failing``, with ``Retry-After``;
+    ``/health`` then says ``failing``) or a server shutting down (``cancelled`` for the episodes
+    it stopped, ``shutting_down`` for new requests), 403 another Host or Origin on a server
+    without a key (``forbidden_host``), 500 an error outside the episode, as one line.
 """
 
 from __future__ import annotations
@@ -62,10 +65,11 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from ..runtime.budget import Budget
 from ..strategies.registry import strategies
-from ._fields import CHAT_FIELDS, Rule, screen
+from ._fields import CHAT_FIELDS, Rule, screen, unread_keys
 
 MODEL_PREFIX = "orchestrion/"
 TEXT_PARTS = ("text", "input_text", "output_text", "refusal")  # content parts read as text
+PART_KEYS = frozenset({"type", "text", "refusal"})  # what is read of a content part
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -260,18 +264,22 @@ def parse_request(body: bytes) -> ChatRequest:
         raise ApiError(400, "'stop': an empty stop string would end every answer before it starts",
                        code="invalid_request", param="stop")
     for i, message in enumerate(req.messages):
-        check_parts(message.content, f"messages.{i}.content")
+        req._ignored += check_parts(message.content, f"messages.{i}.content")
     req.json_schema  # noqa: B018 - a json_schema format without its schema is a 400 now, not later
     return req
 
 
-def check_parts(content: Any, where: str) -> None:
-    """A 400 for a content part that is not text (the pool's models read text)."""
+def check_parts(content: Any, where: str) -> list[str]:
+    """A 400 for a content part that is not text (the pool's models read text); the keys of the
+    parts that are not read (listed back as ignored)."""
+    unread = []
     for j, part in enumerate(content if isinstance(content, list) else []):
         kind = part.get("type")
         if kind not in TEXT_PARTS:
             raise ApiError(400, f"'{where}.{j}': a {kind!r} part cannot be read: the pool's models read text, "
                            "send text parts only", code="unsupported_content", param=f"{where}.{j}")
+        unread += unread_keys(part, PART_KEYS, f"{where}.{j}")
+    return unread
 
 
 def strategy_of(model: str) -> str:

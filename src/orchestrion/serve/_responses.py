@@ -40,7 +40,7 @@ from ..models.types import Usage
 from ..runtime.episode import EpisodeResult
 from ..status import EpisodeStatus
 from ._bodies import SSE_KEEPALIVE, Ending
-from ._fields import RESPONSES_FIELDS
+from ._fields import RESPONSES_FIELDS, unread_keys
 from ._openai_schema import (
     ApiError,
     ChatMessage,
@@ -53,6 +53,8 @@ from ._openai_schema import (
     validated,
 )
 from ._stream import KeepAlive, StreamItem
+
+ITEM_KEYS = frozenset({"type", "role", "content"})  # what is read of an input message item
 
 
 def _about(name: str) -> str:
@@ -136,25 +138,29 @@ def parse_responses(body: bytes) -> tuple[ResponsesRequest, ChatRequest]:
         schema = JsonSchemaFormat.model_validate({"name": fmt.name, "schema": fmt.schema_}) \
             if fmt.type == "json_schema" else None
         response_format = ResponseFormat(type=fmt.type, json_schema=schema)
-    chat = ChatRequest(model=req.model, messages=input_messages(req), stream=req.stream,
+    messages, unread = input_messages(req)
+    chat = ChatRequest(model=req.model, messages=messages, stream=req.stream,
                        max_tokens=req.max_output_tokens, response_format=response_format, metadata=req.metadata,
                        user=req.user, safety_identifier=req.safety_identifier, orchestrion=req.orchestrion)
-    chat._ignored = ignored
+    chat._ignored = [*ignored, *unread]
     return req, chat
 
 
-def input_messages(req: ResponsesRequest) -> list[ChatMessage]:
-    """``instructions`` and ``input`` as chat messages (message items with text parts only)."""
+def input_messages(req: ResponsesRequest) -> tuple[list[ChatMessage], list[str]]:
+    """``instructions`` and ``input`` as chat messages (message items with text parts only), and
+    the keys of the items and parts that are not read (listed back as ignored)."""
     messages = [ChatMessage(role="system", content=req.instructions)] if req.instructions else []
     if isinstance(req.input, str):
-        return [*messages, ChatMessage(role="user", content=req.input)]
+        return [*messages, ChatMessage(role="user", content=req.input)], []
+    unread: list[str] = []
     for i, item in enumerate(req.input):
         kind = item.get("type", "message")
         if kind != "message" or "role" not in item:
             raise ApiError(400, f"'input.{i}': a {kind!r} item cannot be read: send message items (this server "
                            "calls no client tools, so it never needs their results)",
                            code="unsupported_content", param=f"input.{i}")
-        check_parts(item.get("content"), f"input.{i}.content")
+        unread += unread_keys(item, ITEM_KEYS, f"input.{i}")
+        unread += check_parts(item.get("content"), f"input.{i}.content")
         try:
             messages.append(ChatMessage.model_validate({"role": item["role"], "content": item.get("content")}))
         except ValidationError as exc:
@@ -164,7 +170,7 @@ def input_messages(req: ResponsesRequest) -> list[ChatMessage]:
     if not messages:
         raise ApiError(400, "'input': empty: send the request as a string or message items",
                        code="invalid_request", param="input")
-    return messages
+    return messages, unread
 
 
 def new_response_id() -> str:
