@@ -159,7 +159,7 @@ def test_docs_behind_a_path_prefix_loads_its_assets_under_the_prefix(store: Trac
     from orchestrion.serve.server import ServeSettings, create_app
 
     app = create_app(ServeSettings(), pool=direct_pool(), store=store)
-    with TestClient(app, root_path="/llm") as http:
+    with TestClient(app, root_path="/llm", base_url="http://localhost") as http:
         page = http.get("/docs").text
     assert '"/llm/docs/assets/swagger-ui-bundle.js"' in page and '"/llm/docs/assets/swagger-ui.css"' in page
     assert "'/llm/openapi.json'" in page or '"/llm/openapi.json"' in page

@@ -126,7 +126,7 @@ def test_viewer_damaged_row_is_a_one_line_4xx(store: TraceStore, column: str, va
     conn.execute(f"UPDATE episodes SET {column} = ? WHERE id = ?", (value, trace_id))
     conn.commit()
     conn.close()
-    with TestClient(viewer_app(store), raise_server_exceptions=False) as http:
+    with TestClient(viewer_app(store), raise_server_exceptions=False, base_url="http://localhost") as http:
         res = http.get(f"/api/episodes/{trace_id}")
         listed = http.get("/api/episodes")
     assert res.status_code in (200, 422), res.text

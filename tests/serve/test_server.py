@@ -357,7 +357,7 @@ class BrokenStore(TraceStore):
         super().submit(sql, params)
 
 
-def test_orchestrion_error_outside_the_episode_is_500(tmp_path: Path) -> None:
+def test_a_store_that_cannot_write_is_a_one_line_503(tmp_path: Path) -> None:
     store = BrokenStore(tmp_path / "broken.db")
     with serving(direct_pool(), store, max_concurrent=1) as url:
         with pytest.raises(openai.InternalServerError) as whole:
@@ -366,7 +366,8 @@ def test_orchestrion_error_outside_the_episode_is_500(tmp_path: Path) -> None:
             client(url).chat.completions.create(model="orchestrion/direct", messages=ASK, stream=True)
     store.close()
     for exc in (whole.value, streamed.value):
-        assert exc.status_code == 500 and "disk I/O error" in exc.message and "\n" not in exc.message
+        assert exc.status_code == 503 and "disk I/O error" in exc.message and "\n" not in exc.message
+        assert str(tmp_path) not in exc.message
     # (the second request was not refused with 429: the failed episode gave its slot back)
 
 

@@ -130,7 +130,7 @@ def episodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Episodes]:
 
 @pytest.fixture(scope="module")
 def client(episodes: Episodes) -> TestClient:
-    return TestClient(create_app(episodes.store))
+    return TestClient(create_app(episodes.store), base_url="http://localhost")
 
 
 def _ids(client: TestClient, query: str = "") -> set[str]:
@@ -281,7 +281,7 @@ def test_annotation_is_stored_listed_filtered_and_cleared(store: TraceStore) -> 
     pool = Pool.from_models([ScriptedModel(["ok", "ok"], name="m")])
     first = asyncio.run(solve("one", strategy="direct", pool=pool, tools=ToolRegistry([]), store=store)).trace_id
     second = asyncio.run(solve("two", strategy="direct", pool=pool, tools=ToolRegistry([]), store=store)).trace_id
-    api = TestClient(create_app(store))
+    api = TestClient(create_app(store), base_url="http://localhost")
     url = f"/api/episodes/{first[:12]}/annotation"
     res = api.post(url, json={"label": "  good   plan ", "note": "splits the task well\n"})
     assert res.status_code == 200, res.text

@@ -4,11 +4,15 @@ request's episode is started, streamed or waited for (the routes are in
 
 Every episode in flight is an asyncio task: a full server answers 429 instead of queueing, and a
 client that disconnects has its episode cancelled, which ``run_episode`` records as ``cancelled``.
+A server that stops (Ctrl-C) cancels every episode in flight at once: each is recorded
+``cancelled``, its client gets a 503 error body (or the stream's error event), and the log one
+line per episode.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -18,7 +22,7 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import Response
 
-from .._errors import ConfigError
+from .._errors import ConfigError, TraceError
 from ..models.pool import Pool
 from ..runtime.episode import EpisodeResult, run_episode
 from ..runtime.types import Task
@@ -35,6 +39,8 @@ from ._openai_schema import MODEL_PREFIX, ApiError, ChatRequest, episode_budget,
 from ._stream import DONE, StreamItem, Watch, complete_ending, episode_result, stream_items
 
 DISCONNECT_POLL_S = 0.25  # non-streamed requests: how often the connection is checked
+SHUTDOWN_WAIT_S = 10.0  # a stopping server waits this long for its cancelled episodes to be recorded
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -86,6 +92,7 @@ class Service:
         self.metrics = ServeMetrics()
         self.started = time.monotonic()
         self.secrets = pool_secrets(pool)  # never sent to a client
+        self.closing = False  # the server is stopping: no new episode, those in flight cancelled
 
     # -- request checks --------------------------------------------------------------
     def authorize(self, request: Request) -> None:
@@ -101,9 +108,20 @@ class Service:
         raise ApiError(401, message, code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
 
     def health(self) -> dict[str, Any]:
-        return {"status": "ok", "episodes_in_flight": len(self.inflight),
-                "max_concurrent": self.settings.max_concurrent, "models": len(strategies()),
-                "uptime_s": round(time.monotonic() - self.started, 1)}
+        """Whether the server can run episodes: ``status`` ``failing`` (and ``store`` why) while
+        the trace store cannot write."""
+        failing = self.store.failing
+        return {"status": "ok" if failing is None else "failing",
+                "store": "ok" if failing is None else f"failing: {failing}",
+                "episodes_in_flight": len(self.inflight), "max_concurrent": self.settings.max_concurrent,
+                "models": len(strategies()), "uptime_s": round(time.monotonic() - self.started, 1)}
+
+    def check_store(self) -> None:
+        """A 503 while the trace store cannot write: an episode now could not be recorded."""
+        if (failing := self.store.failing) is not None:
+            raise ApiError(503, f"the trace store cannot write ({failing}); no episode can be recorded "
+                           "until it can, retry later", type="server_error", code="trace_store_failing",
+                           headers={"Retry-After": "5"})
 
     async def read_body(self, request: Request) -> bytes:
         limit = self.settings.max_body_bytes
@@ -129,6 +147,10 @@ class Service:
         cap = self.settings.max_tokens_cap
         budget, options = episode_budget(req, cap), episode_options(req, cap)
         prompt = task_prompt(req.messages)
+        if self.closing:
+            raise ApiError(503, "the server is shutting down; retry on another server or later", type="server_error",
+                           code="shutting_down")
+        self.check_store()
         limit = self.settings.max_concurrent
         if len(self.inflight) >= limit:
             raise ApiError(429, f"this server already runs {limit} episodes (its --max-concurrent); retry later",
@@ -147,14 +169,16 @@ class Service:
         watch.attach(episode)
         self.inflight.add(episode)
         self.metrics.in_flight.set(len(self.inflight))
-        episode.add_done_callback(lambda done: self._finished(done, strategy))
+        episode.add_done_callback(lambda done: self._finished(done, strategy, f"{episode_id} ({req.model}, {cid})"))
         return Run(req, cid, episode, watch, strategy)
 
-    def _finished(self, episode: asyncio.Task[EpisodeResult], strategy: str) -> None:
+    def _finished(self, episode: asyncio.Task[EpisodeResult], strategy: str, which: str) -> None:
         self.inflight.discard(episode)
         self.metrics.in_flight.set(len(self.inflight))
         if episode.cancelled():
             self.metrics.episodes.labels(strategy, "cancelled").inc()
+            if self.closing:
+                log.warning("orchestrion serve: episode %s cancelled: the server is shutting down", which)
         elif isinstance(episode.exception(), ConfigError):
             pass  # a bad option or budget: refused (400) before any episode was recorded, so none is counted
         elif episode.exception() is not None:  # retrieved here; the handler re-raises it where it matters
@@ -173,7 +197,7 @@ class Service:
             raise
         if head[-1] is DONE and run.watch.started is None:  # it failed before writing its row
             run.watch.close()
-            episode_result(run.episode)  # raises the 500 (or 400 for a bad option)
+            episode_result(run.episode, run.watch.episode_id)  # raises the 500 (or 400 for a bad option)
             raise ApiError(500, "the episode ended without a trace row", type="server_error",
                            code="orchestrion_error")
         return stream_items(run.episode, run.watch, head, run.req.stops, run.req.ignored, requested)
@@ -198,18 +222,29 @@ class Service:
             if not episode.done():
                 episode.cancel()
             await watch.settle()
-        result = episode_result(episode)
+        result = episode_result(episode, watch.episode_id)
         if not watch.errors_as_200 and (failed := failure(result, watch.secrets)) is not None:
             raise failed
         return complete_ending(result, watch, run.req.stops, run.req.ignored)
 
-    async def shutdown(self) -> None:
+    def stop_episodes(self) -> None:
+        """The server stops: refuse new episodes and cancel those in flight (each is recorded
+        ``cancelled`` and its request answered with a 503 or the stream's error event)."""
+        self.closing = True
         for episode in list(self.inflight):
             episode.cancel()
+
+    async def shutdown(self) -> None:
+        """Stop every episode and mark this server's run stopped. A store that still cannot write
+        is one log line, not an error: what could be written is."""
+        self.stop_episodes()
         if self.inflight:
-            await asyncio.wait(set(self.inflight), timeout=10)
-        self.store.set_run_status(self.run_id, RunStatus.STOPPED)
-        await self.store.aflush()
+            await asyncio.wait(set(self.inflight), timeout=SHUTDOWN_WAIT_S)
+        try:
+            self.store.set_run_status(self.run_id, RunStatus.STOPPED)
+            await self.store.aflush()
+        except TraceError as exc:
+            log.warning("orchestrion serve: this run's end is not recorded: %s", exc)
 
     def model_card(self, name: str) -> dict[str, Any]:
         return {"id": MODEL_PREFIX + name, "object": "model", "created": self.created, "owned_by": "orchestrion",

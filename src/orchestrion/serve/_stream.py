@@ -16,7 +16,7 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
-from .._errors import ConfigError, OrchestrionError
+from .._errors import ConfigError, OrchestrionError, TraceError
 from ..runtime.answer import AnswerChannel, text_pieces
 from ..runtime.episode import EpisodeResult
 from ..status import EpisodeStatus
@@ -116,15 +116,20 @@ class Watch:
                 return items
 
 
-def episode_result(episode: asyncio.Task[EpisodeResult]) -> EpisodeResult:
+def episode_result(episode: asyncio.Task[EpisodeResult], trace_id: str) -> EpisodeResult:
     """The finished episode's result, or the ApiError that stands for its failure."""
     if episode.cancelled():
-        raise ApiError(503, "the episode was cancelled: the server is shutting down", type="server_error",
-                       code="cancelled")
+        raise ApiError(503, f"the episode was cancelled: the server is shutting down (trace id {trace_id})",
+                       type="server_error", code="cancelled", headers={"X-Orchestrion-Trace-Id": trace_id,
+                                                                      "X-Orchestrion-Status": "cancelled"})
     try:
         return episode.result()
     except ConfigError as exc:  # a bad option or budget in the request: the client's to fix
         raise ApiError(400, str(exc), code="invalid_option", param="orchestrion.options") from None
+    except TraceError as exc:  # the store failed to commit the record (a full disk): it retries on its own
+        reason = str(exc).split(": ", 1)[-1] if str(exc).startswith("trace store ") else str(exc)  # no path
+        raise ApiError(503, f"the episode's record could not be committed ({reason}); retry later",
+                       type="server_error", code="trace_store_failing", headers={"Retry-After": "5"}) from None
     except OrchestrionError as exc:
         raise server_error(exc) from None
     except Exception as exc:  # noqa: BLE001 - a bug inside the episode: one line to the client, the trace keeps it
@@ -202,7 +207,7 @@ async def stream_items(episode: asyncio.Task[EpisodeResult], watch: Watch, head:
         if (out := render(item)) is not None:
             yield out
     try:
-        result = episode_result(episode)
+        result = episode_result(episode, watch.episode_id)
         failed = None if watch.errors_as_200 else failure(result, watch.secrets)
         if failed is not None:
             raise failed

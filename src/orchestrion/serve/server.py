@@ -20,14 +20,17 @@ before its next token, an HTTP call is closed). Each server process writes one `
 or response id (``chatcmpl-...``, ``resp_...``).
 
 Listening on an address other than loopback without ``--api-key-env`` is refused unless
-``--insecure-no-auth`` says so: anyone who reaches the port could spend the pool's tokens.
+``--insecure-no-auth`` says so: anyone who reaches the port could spend the pool's tokens. For
+the same reason a server without a key answers a 403 to a request for another Host name than
+``localhost``, ``127.0.0.1`` or ``[::1]`` (DNS rebinding) or from another site's ``Origin``
+(:class:`~orchestrion.serve._exposure.HostGuard`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -37,6 +40,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import orjson
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
@@ -52,7 +56,7 @@ from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ._bodies import completion_body
-from ._exposure import api_key, refuse_exposure
+from ._exposure import HostGuard, api_key, loopback, refuse_exposure
 from ._metrics import MetricsMiddleware
 from ._openai_schema import MODEL_PREFIX, ApiError, ChatRequest, error_body, parse_request, server_error, strategy_of
 from ._recover import own_run, recover_dead_runs
@@ -65,6 +69,7 @@ __all__ = ["ServeSettings", "base_url", "bind_socket", "check_exposure", "create
 PROGRESS_HEADER = "X-Orchestrion-Progress"  # "true": a chat stream carries progress chunks
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DOCS_ASSETS = "/docs/assets"  # Swagger UI's script and stylesheet, vendored in static/vendor/ (no CDN)
+log = logging.getLogger(__name__)
 
 
 def version() -> str:
@@ -87,8 +92,8 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
         config = {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()}
         recovered = await asyncio.to_thread(recover_dead_runs, svc.store)
         if recovered:
-            sys.stderr.write(f"note: marked the unfinished episodes of {len(recovered)} stopped serve run(s) "
-                             f"as interrupted ({', '.join(recovered)})\n")
+            log.warning("note: marked the unfinished episodes of %d stopped serve run(s) as interrupted (%s)",
+                        len(recovered), ", ".join(recovered))
         with own_run(svc.store, svc.run_id):  # locked before its row exists: never taken for a dead run
             svc.store.create_run(svc.run_id, "serve", {**config, "pool_source": svc.pool.source})
             try:
@@ -105,14 +110,17 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
                               "OpenAI-compatible API. Each request runs one traced episode.")
     app.state.service = svc
     app.add_middleware(MetricsMiddleware, metrics=svc.metrics)
+    if svc.api_key is None:  # anyone who reaches it may use it: only from this machine, never from a web page
+        app.add_middleware(HostGuard, check_host=loopback(settings.host), body=_refused_body)
     app.add_exception_handler(ApiError, _api_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(Exception, _internal_error)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
 
-    @app.get("/health", summary="Whether the server is up (no key needed)")
+    @app.get("/health", summary="Whether the server is up and can record episodes (no key needed)")
     async def health() -> JSONResponse:
-        return JSONResponse(svc.health())
+        found = svc.health()
+        return JSONResponse(found, status_code=200 if found["status"] == "ok" else 503)
 
     @app.get("/version", summary="The Orchestrion version (no key needed)")
     async def get_version() -> JSONResponse:
@@ -220,6 +228,10 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     return app.openapi_schema
 
 
+def _refused_body(why: str) -> bytes:
+    return orjson.dumps(error_body(why, type="invalid_request_error", code="forbidden_host"))
+
+
 async def _api_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, ApiError)
     return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
@@ -272,12 +284,25 @@ def run_server(settings: ServeSettings) -> None:
     app = create_app(settings)
     svc: Service = app.state.service
     sock = bind_socket(settings.host, settings.port)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
-                                           timeout_graceful_shutdown=5))
+    server = _Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on",
+                                    timeout_graceful_shutdown=5), svc)
     auth = f"; clients must send the key in ${settings.api_key_env}" if settings.api_key_env else ""
     line = (f"orchestrion serve: listening on {base_url(sock)} — {len(strategies())} strategies as models "
             f"({MODEL_PREFIX}<strategy>); traces in {svc.store.path}{auth}; Ctrl-C to stop")
     asyncio.run(_serve(server, sock, line))
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which cancels the episodes in flight as soon as it starts to stop: their
+    requests then end at once with an error body instead of waiting out the graceful timeout."""
+
+    def __init__(self, config: uvicorn.Config, svc: Service) -> None:
+        super().__init__(config)
+        self.svc = svc
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.svc.stop_episodes()
+        await super().shutdown(sockets)
 
 
 async def _serve(server: uvicorn.Server, sock: socket.socket, line: str) -> None:

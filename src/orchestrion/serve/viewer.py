@@ -53,7 +53,7 @@ import orjson
 from .._errors import TraceError
 from ..trace import FileWatch, TraceStore, atomic_files
 from . import _viewer_data as data
-from ._exposure import api_key, key_matches, refuse_exposure
+from ._exposure import HostGuard, api_key, key_matches, loopback, refuse_exposure
 from ._viewer_charts import charts
 
 DATA_PLACEHOLDER = "<!-- orchestrion:data -->"
@@ -98,10 +98,12 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
 
 
-def create_app(store: TraceStore, api_key: str | None = None) -> Any:
+def create_app(store: TraceStore, api_key: str | None = None, *, check_host: bool = True) -> Any:
     """The viewer as a FastAPI application (API routes, then the static page at /). With ``api_key``
     every request must carry it: ``Authorization: Bearer KEY``, or HTTP Basic with KEY as the
-    password (the browser asks for it once)."""
+    password (the browser asks for it once). Without one, a request for another Host than a
+    loopback name (unless not ``check_host``) or from another site's Origin is a 403
+    (:class:`~orchestrion.serve._exposure.HostGuard`: DNS rebinding and cross-site posts)."""
     from fastapi import FastAPI, HTTPException, Request
     from fastapi.responses import StreamingResponse
     from fastapi.staticfiles import StaticFiles
@@ -194,6 +196,8 @@ def create_app(store: TraceStore, api_key: str | None = None) -> Any:
         return _json(found)
 
     app.mount("/", StaticFiles(directory=static_dir(), html=True), name="static")
+    if api_key is None:
+        app.add_middleware(HostGuard, check_host=check_host, body=lambda why: orjson.dumps({"detail": why}))
     return app
 
 
@@ -241,7 +245,7 @@ def run_viewer(store: TraceStore, *, host: str, port: int, api_key_env: str | No
     shown = f"[{host}]" if ":" in host else host
     auth = f"; log in with the key in ${api_key_env} as the password" if api_key_env else ""
     sys.stderr.write(f"trace viewer for {store.path} at http://{shown}:{port}/{auth} (Ctrl-C stops)\n")
-    uvicorn.run(create_app(store, key), host=host, port=port, log_level="warning")
+    uvicorn.run(create_app(store, key, check_host=loopback(host)), host=host, port=port, log_level="warning")
 
 
 def export_static(store: TraceStore, out_dir: Path) -> Path:
