@@ -19,15 +19,16 @@ import base64
 import binascii
 import hmac
 import ipaddress
+import logging
 import os
 import socket
-import sys
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import urlsplit
 
 from .._errors import ConfigError
 
+log = logging.getLogger(__name__)
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 _DEFAULT_PORT = {"http": 80, "https": 443}
 Scope = MutableMapping[str, Any]
@@ -64,7 +65,7 @@ def refuse_exposure(host: str, key_env: str | None, insecure_no_auth: bool, *, w
         raise ConfigError(f"--host {host} is reachable from other machines and no --api-key-env is set: "
                           f"anyone who reaches the port could {what}; set --api-key-env VAR "
                           "(clients send $VAR as a Bearer key), or pass --insecure-no-auth to serve without a key")
-    sys.stderr.write(f"warning: serving on {host} without an API key (--insecure-no-auth)\n")
+    log.warning("warning: serving on %s without an API key (--insecure-no-auth)", host)
 
 
 def key_matches(header: str, key: str) -> bool:
