@@ -135,3 +135,68 @@ async def test_a_program_that_printed_nothing_is_retried(store: TraceStore) -> N
     assert len(fake.codes) == 2
     [span] = [s for s in store.spans(res.trace_id) if s.kind == "agent"]
     assert span.status == "ok" and span.attrs_value()["output"] == "201250"
+
+
+# -- the coder reads the task's format, and learns worked programs from @train successes --
+
+TF_TASK = "Take 3 steps. Take 2 steps back. Are you back at the start?\n\nOptions:\n(A) True\n(B) False"
+
+
+def _tf(prompt: str = TF_TASK, split: str = "train") -> Any:
+    from orchestrion import Task
+
+    return Task(prompt=prompt, choices=["True", "False"], answer="False",
+                metadata={"scoring": "multiple_choice", "labels": ["A", "B"], "split": split})
+
+
+async def test_a_printed_answer_outside_the_options_is_retried_with_the_reason(store: TraceStore) -> None:
+    prompts: list[list[Any]] = []
+
+    def replies(messages: Any, config: Any) -> str:
+        prompts.append(messages)
+        return "```python\nprint('False')\n```"
+
+    fake = FakePython([ToolResult(output="12/25/2022"), ToolResult(output="False")])
+    res = await solve(_tf(), strategy="program", pool=Pool.from_models([ScriptedModel(replies, name="m")]),
+                      tools=ToolRegistry([CoderAgent(), fake]), store=store)
+    assert len(fake.codes) == 2 and res.answer == "Answer: False"
+    retry = prompts[1][-1]["content"]
+    assert "'12/25/2022'" in retry and "names none of the task's options" in retry
+
+
+async def test_a_subtask_is_not_held_to_the_whole_tasks_options(store: TraceStore) -> None:
+    fake = FakePython([ToolResult(output="1")])
+    res, _ = await _episode([{"tool": "coder", "input": "how far from the start after 3 forward, 2 back?"}],
+                            lambda m, c: "print(3 - 2)", [CoderAgent(), fake], store, TF_TASK)
+    assert len(fake.codes) == 1  # '1' is a fine answer to the subtask, though no option of the task
+
+
+async def _correct(task: Any, answer: str) -> dict[str, Any]:
+    return {"score": 1.0, "correct": True}
+
+
+async def test_programs_that_solved_similar_train_tasks_are_shown_as_worked_examples(store: TraceStore) -> None:
+    seen: list[str] = []
+
+    def replies(messages: Any, config: Any) -> str:
+        seen.append(messages[0]["content"])
+        return f"```python\nprint('False')  # program {len(seen)}\n```"
+
+    pool = Pool.from_models([ScriptedModel(replies, name="m")])
+
+    async def run(prompt: str, split: str) -> None:
+        fake = FakePython([ToolResult(output="False")])
+        await solve(_tf(prompt, split), strategy="program", pool=pool, tools=ToolRegistry([CoderAgent(), fake]),
+                    store=store, scorer=_correct)
+        await store.aflush()
+
+    await run("Take 4 steps. Take 1 step back. Are you back at the start?\n(A) True\n(B) False", "train")
+    assert "answered similar tasks" not in seen[-1]  # an empty library shows nothing
+    await run("Take 5 steps. Take 5 steps back. Are you back at the start?\n(A) True\n(B) False", "train")
+    await run("Take 9 steps. Take 2 steps back. Are you back at the start?\n(A) True\n(B) False", "test")
+    await run("Take 7 steps. Take 3 steps back. Are you back at the start?\n(A) True\n(B) False", "train")
+    shown = seen[-1]
+    assert "answered similar tasks" in shown and "# program 1" in shown and "# program 2" in shown
+    assert "# program 3" not in shown  # a @test episode's program never teaches
+    await run("Sort these words: pear apple fig", "train")
+    assert "answered similar tasks" not in seen[-1]  # another kind of task gets no template

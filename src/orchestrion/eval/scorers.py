@@ -18,14 +18,16 @@ from typing import Any, Protocol, runtime_checkable
 from .._text import (
     PYTHON_FENCES,
     code_blocks,
-    contains_phrase,
     extract_answer,
     extract_number,
     marked_answer,
     normalize,
     parse_number,
 )
+from ..runtime.fit import choose_option, option_labels, same_number
 from ..runtime.types import Task
+
+__all__ = ["choose_option", "option_labels"]  # re-exported: they live in the runtime, which checks formats
 
 SCORING_MODES = ("multiple_choice", "numeric", "exact", "execution")
 
@@ -55,11 +57,6 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
-
-
-def option_labels(n: int) -> list[str]:
-    """Letters for up to 26 options, numbers beyond that."""
-    return [chr(ord("A") + i) for i in range(n)] if n <= 26 else [str(i + 1) for i in range(n)]
 
 
 def targets_of(task: Task) -> list[str]:
@@ -95,10 +92,6 @@ class ExactMatch:
         return Score(0.0, False, extracted, f"no match among {len(targets)} target(s)")
 
 
-def _same_number(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
-
-
 class NumericMatch:
     """Correct when the final number equals a numeric target ("156.0" == "156", "1,234" == "1234")."""
 
@@ -114,58 +107,9 @@ class NumericMatch:
             return Score(0.0, False, marked, "no number in the output")
         numeric = [(t, parse_number(t)) for t in targets]
         for target, number in numeric:
-            if number is not None and _same_number(value, number):
+            if number is not None and same_number(value, number):
                 return Score(1.0, True, token, f"{value:g} equals target {target!r}")
         return Score(0.0, False, token, f"{value:g} is not a target value")
-
-
-_LEAD_LABEL = re.compile(r"\s*(?:option\s+)?(?:\(\s*([A-Za-z]|\d{1,2})\s*\)|([A-Z]|\d{1,2})[.):])(?:\s|$)")
-_BARE_LABEL = re.compile(r"\s*(?:option\s+)?([A-Z]|\d{1,2})\s*[.:)]?\s*")
-_ANY_LABEL = re.compile(r"\(([A-Z]|\d{1,2})\)")
-
-
-def _resolve_option(text: str, options: list[str], labels: list[str], *, anywhere: bool) -> int | None:
-    """Which option ``text`` names: a leading "(X)", its text, its number, or (``anywhere``) a mention."""
-    lead = _LEAD_LABEL.match(text + " ") or _BARE_LABEL.fullmatch(text)
-    if lead is not None:
-        label = next(g for g in lead.groups() if g).upper()
-        if label in labels:
-            return labels.index(label)
-    got = normalize(text)
-    norm = [normalize(o) for o in options]
-    if got and got in norm:
-        return norm.index(got)
-    value = parse_number(text)
-    if value is not None:
-        hits = [i for i, o in enumerate(options) if (n := parse_number(o)) is not None and _same_number(n, value)]
-        if len(hits) == 1:
-            return hits[0]
-    if anywhere:
-        named = [m[1] for m in _ANY_LABEL.finditer(text) if m[1] in labels]
-        if named:
-            return labels.index(named[-1])
-    mentions = [(pos + len(o), len(o), i) for i, o in enumerate(norm) for pos in contains_phrase(got, o)]
-    return max(mentions)[2] if mentions else None
-
-
-def choose_option(output: str, options: list[str], labels: list[str] | None = None) -> tuple[int | None, str | None]:
-    """The index of the option the output chose (and the text it was read from).
-
-    A marked final answer decides when it names an option (a leading "(X)" label
-    outranks the text after it); otherwise the last line that names an option
-    does: by label, by its whole text, or by the option it mentions last.
-    """
-    labels = labels or option_labels(len(options))
-    marked = marked_answer(output)
-    if marked is not None:
-        found = _resolve_option(marked, options, labels, anywhere=False)
-        if found is not None:
-            return found, marked
-    for line in reversed([ln for ln in output.splitlines() if ln.strip()]):
-        found = _resolve_option(line, options, labels, anywhere=True)
-        if found is not None:
-            return found, line.strip()
-    return None, marked
 
 
 class MultipleChoice:

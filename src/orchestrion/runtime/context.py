@@ -20,10 +20,12 @@ from ..models.pool import Pool
 from ..models.structured import parse_as, repair_messages, schema_prompt
 from ..models.types import Completion, GenerateConfig, Message, Usage
 from ..tools.envelope import ToolResult, ToolStatus
+from ..tools import nearest
 from ..tools.registry import ToolRegistry
 from ..trace.tracer import Tracer
 from .answer import AnswerChannel
 from .budget import BudgetTracker
+from .fit import AnswerFormat
 from .options import LooseOptions, StrategyOptions, validate_options
 from .types import EpisodeStatus
 
@@ -34,6 +36,10 @@ OptionsT = TypeVar("OptionsT", bound=StrategyOptions)
 ORCHESTRATOR_CONFIG = GenerateConfig(max_tokens=384, temperature=0.0, logprobs=True)
 Role = Literal["decision", "synthesis", "agent"]
 MAX_RESULTS_KEPT = 64
+LIBRARY_SIZE = 400  # latest worked programs the coder's library ranks
+# a worked program is shown only for a task at least this similar (TF-IDF cosine): another kind
+# of task's program is a template that does not fit
+WORKED_SIMILARITY = 0.3
 # Completion.extra entries copied onto the call's span
 CALL_EXTRAS = ("prompt_reused", "prompt_evaluated", "threads")
 
@@ -85,8 +91,11 @@ class RunContext:
         *,
         answer: AnswerChannel | None = None,
         task: str | None = None,
+        answer_format: AnswerFormat | None = None,
     ) -> None:
         self.pool = pool
+        # what the task's answer must look like (its options, a number); None = the task states nothing
+        self.answer_format = answer_format
         # the task as the user wrote it: agent tools get it verbatim beside their subtask
         self.task = task
         self.tools = tools
@@ -104,6 +113,8 @@ class RunContext:
         self._decision_calls = 0  # model calls made by decide so far, replayed ones included
         # outputs of successful tool and agent calls, in order: the grounding rate scores them
         self.results: list[str] = []
+        # (model, text) of every answer the direct baseline's call gave in this episode
+        self.direct_answers: set[tuple[str, str]] = set()
 
     @property
     def options(self) -> dict[str, Any]:
@@ -114,6 +125,10 @@ class RunContext:
     def original_task(self) -> str | None:
         """The episode's task text as given (None for a context built without one)."""
         return self.task
+
+    def answer_misfit(self, text: str) -> str | None:
+        """Why ``text`` would not fit the task's answer format; None when it fits or there is none."""
+        return None if self.answer_format is None else self.answer_format.misfit(text)
 
     def options_as(self, cls: type[OptionsT]) -> OptionsT:
         """The episode's options as ``cls`` (a strategy's ``Options``): typed, defaults filled in.
@@ -137,16 +152,18 @@ class RunContext:
     def with_tools(self, tools: ToolRegistry) -> RunContext:
         """The same episode (pool, tracer, budget, options, answer channel, recorded results) with other tools."""
         child = RunContext(self.pool, tools, self.tracer, self.budget, self.strategy_options, answer=self.answer,
-                           task=self.task)
+                           task=self.task, answer_format=self.answer_format)
         child.results = self.results  # one list: the grounding rate sees every call of the episode
+        child.direct_answers = self.direct_answers
         return child
 
     def with_options(self, options: StrategyOptions) -> RunContext:
         """The same episode with another strategy's options: what a strategy that runs another
         inside its episode (``auto``) hands it. Decisions replayed so far stay counted."""
         child = RunContext(self.pool, self.tools, self.tracer, self.budget, options, answer=self.answer,
-                           task=self.task)
+                           task=self.task, answer_format=self.answer_format)
         child.results = self.results
+        child.direct_answers = self.direct_answers
         child._decision_calls = self._decision_calls
         return child
 
@@ -310,6 +327,20 @@ class RunContext:
         if cfg.seed is not None or seed is None:
             return cfg
         return replace(cfg, seed=decision_seed(seed, index))
+
+    async def worked_programs(self, task: str) -> list[tuple[str, str]]:
+        """Up to option ``worked_programs`` (task, program) pairs from the trace store's program
+        library (:meth:`~orchestrion.trace.store.TraceStore.worked_programs`: programs whose printed
+        answer was correct on an ``@train`` task), the most similar to ``task`` first; only those at
+        least :data:`WORKED_SIMILARITY` similar (words at least two library tasks share), never
+        ``task`` itself. Empty until this kind of task has history."""
+        k = self.strategy_options.worked_programs
+        if not k:
+            return []
+        rows = await asyncio.to_thread(self.tracer.store.worked_programs, LIBRARY_SIZE)
+        rows = [(p, c) for p, c in rows if p.strip() != task.strip()]
+        found = nearest(task, [p for p, _ in rows], k, min_df=2)
+        return [rows[i] for i, sim in found if sim >= WORKED_SIMILARITY]
 
     def record_result(self, text: str) -> None:
         """Keep one result of a tool, agent tool or sub-agent (what grounding and the

@@ -30,8 +30,9 @@ from ..trace.tracer import Tracer, new_id, reset_current, set_current
 from .answer import AnswerChannel
 from .budget import Budget, BudgetTracker
 from .context import RunContext
+from .fit import AnswerFormat
 from .options import StrategyOptions, episode_options
-from .synthesis import conform_answer
+from .synthesis import conform_answer, direct_fallback, fallback_model
 from .types import Answer, Task
 
 # what the caller adds to the record once the answer is known: (task, answer, the outputs of the
@@ -62,6 +63,8 @@ class EpisodeStrategy(Protocol):
 
     @property
     def Options(self) -> type[StrategyOptions]: ...  # noqa: N802 - the strategies' class attribute
+
+    def check_options(self, options: StrategyOptions, pool: Pool) -> None: ...  # raises ConfigError
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer: ...
 
@@ -148,12 +151,13 @@ def _build(task: str | Task, strategy: EpisodeStrategy, args: EpisodeArgs) -> _E
     # validated before the episode starts: a bad option is a ConfigError, not a half-written episode
     settings = episode_options(strategy.Options, strategy.name, the_pool.config.strategies.get(strategy.name, {}),
                                the_pool.source, args.get("options"))
+    strategy.check_options(settings, the_pool)  # what only the pool can tell: its model names, say
     opts = settings.model_dump(mode="json", exclude_unset=True)
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
     the_id = args.get("episode_id") or new_id()
     tracker = BudgetTracker(args.get("budget"))
     ctx = RunContext(the_pool, args.get("tools") or default_tools(), Tracer(the_store, the_id), tracker, settings,
-                     answer=args.get("answer"), task=the_task.prompt)
+                     answer=args.get("answer"), task=the_task.prompt, answer_format=AnswerFormat.of(the_task))
     started = time.time()
     the_store.start_episode(
         the_id, run_id=args.get("run_id"), task_id=the_task.id, epoch=args.get("epoch", 0), strategy=strategy.name,
@@ -174,6 +178,7 @@ async def _run(ep: _Episode, end: _Ending) -> None:
         async with asyncio.timeout(wall_s):
             result = await ep.strategy.solve(ep.task, ep.ctx)
             end.answer, end.status, end.meta = result.text, result.status, result.meta
+            end.answer = await _fitted(ep, end)
             end.answer = await conform_answer(ep.task.prompt, end.answer, ep.ctx)
     except BudgetExceededError as exc:
         end.status, end.error = EpisodeStatus.BUDGET_EXCEEDED, str(exc)
@@ -191,6 +196,29 @@ async def _run(ep: _Episode, end: _Ending) -> None:
         reset_current(token)
         root.set(answer=end.answer, error=end.error)
         root.end(end.status)
+
+
+async def _fitted(ep: _Episode, end: _Ending) -> str:
+    """``answer`` when it fits the task's format (:mod:`.fit`); else, recorded as event
+    ``answer_out_of_format``, the answer ``direct`` gives, unless the strategy's answer already is
+    direct's (the strategy ``answers_directly``, or the fallback's model gave this very answer) or
+    was streamed to the caller already. The record also goes to ``meta.result.out_of_format``."""
+    answer = end.answer
+    why = ep.ctx.answer_misfit(answer)
+    channel = ep.ctx.answer
+    if why is None or (channel is not None and (channel.claimed or channel.json_schema is not None)):
+        return answer
+    own = bool(getattr(ep.strategy, "answers_directly", False)) or \
+        (fallback_model(ep.ctx), answer.strip()) in ep.ctx.direct_answers
+    record: dict[str, Any] = {"answer": answer[:500], "reason": why, "replaced": not own}
+    end.meta = {**end.meta, "out_of_format": record}
+    if own:
+        ep.ctx.tracer.event("answer_out_of_format", record)
+        return answer
+    text = await direct_fallback(ep.task.prompt, ep.ctx, f"the answer does not fit the task's format: {why}")
+    record["fallback_fits"] = ep.ctx.answer_misfit(text) is None
+    ep.ctx.tracer.event("answer_out_of_format", record)
+    return text
 
 
 async def _finish(ep: _Episode, end: _Ending, review: Review | None) -> float:

@@ -12,17 +12,23 @@ from __future__ import annotations
 import difflib
 import types
 from collections.abc import Mapping
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 
 from .._errors import ConfigError
 
+if TYPE_CHECKING:
+    from ..models.pool import Pool
+
 OptionsT = TypeVar("OptionsT", bound="StrategyOptions")
 
 
 INT_RANGE = 2**63  # options are stored as JSON: a whole number must fit a signed 64-bit integer
+# ``json_schema_extra`` of an option whose value names a pool model: checked against the pool
+# before the episode starts (:func:`check_pool_models`)
+POOL_MODEL: dict[str, Any] = {"pool_model": True}
 
 
 class StrategyOptions(BaseModel):
@@ -42,7 +48,8 @@ class StrategyOptions(BaseModel):
         default=None,
         description="raw outputs that replace the episode's first decision calls (tree/counterfactual rollouts)")
     synthesizer: str | None = Field(
-        default=None, description="pool model that writes the final answer (default: the pool's synthesizer)")
+        default=None, json_schema_extra=POOL_MODEL,
+        description="pool model that writes the final answer (default: the pool's synthesizer)")
     max_tokens: int = Field(default=256, ge=1, description="output-token limit of answer and synthesis calls")
     decision_temperature: float | None = Field(
         default=None, ge=0, description="temperature of orchestrator decisions (default: the pool's temperature block)")
@@ -51,6 +58,11 @@ class StrategyOptions(BaseModel):
     agent_temperature: float | None = Field(
         default=None, ge=0,
         description="temperature of agent tools and sub-agents (default: the pool's temperature block)")
+
+    worked_programs: int = Field(
+        default=2, ge=0, le=6,
+        description="programs that solved similar @train tasks before, shown to the coder agent as worked "
+                    "examples (its program library, learned from the trace store; 0: none)")
 
     @field_validator("*", mode="after")
     @classmethod
@@ -75,6 +87,32 @@ def validate_options(cls: type[OptionsT], values: Mapping[str, Any], *, where: s
         errors = exc.errors()
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise ConfigError(f"{where}: {describe_error(cls, errors[0], values)}{more}") from None
+
+
+def as_options(cls: type[OptionsT], options: StrategyOptions, *, where: str) -> OptionsT:
+    """``options`` as a ``cls``: itself when it is one, else its values validated as ``cls``."""
+    if isinstance(options, cls):
+        return options
+    return validate_options(cls, options.model_dump(exclude_unset=True), where=where)
+
+
+def pool_model_options(options: StrategyOptions) -> dict[str, str]:
+    """The options of ``options`` that name a pool model (:data:`POOL_MODEL`) and are set, by name."""
+    fields = type(options).model_fields
+    marked = [k for k, f in fields.items() if isinstance(f.json_schema_extra, dict) and
+              f.json_schema_extra.get("pool_model")]
+    return {k: v for k in marked if isinstance(v := getattr(options, k), str)}
+
+
+def check_pool_models(options: StrategyOptions, pool: Pool, *, where: str) -> None:
+    """Every option of ``options`` that names a pool model names one of ``pool``'s; otherwise a
+    one-line :class:`ConfigError` prefixed by ``where`` that lists the pool's models."""
+    for key, name in pool_model_options(options).items():
+        if name not in pool.specs:
+            close = difflib.get_close_matches(name, pool.names, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"{where}: option '{key}' = {name!r} is not a model of the pool {pool.source}{hint}; "
+                              f"its models: {', '.join(pool.names)}")
 
 
 def describe_error(cls: type[StrategyOptions], error: ErrorDetails, values: Mapping[str, Any]) -> str:

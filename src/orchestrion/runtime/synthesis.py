@@ -207,11 +207,18 @@ async def answer_directly(task: str, ctx: RunContext, *, model: str | None = Non
                              config=replace(cfg, on_text=streamer.feed) if streamer else cfg, name=name)
     if live is not None:
         live.finish(out.text.strip(), out.finish_reason)
+    ctx.direct_answers.add((out.model, out.text.strip()))
     return out
 
 
-async def _no_evidence_answer(task: str, ctx: RunContext, reason: str) -> str:
-    model = ctx.strategy_options.synthesizer or ctx.pool.synthesizer
+def fallback_model(ctx: RunContext) -> str:
+    """The model :func:`direct_fallback` answers on: the synthesizer."""
+    return ctx.strategy_options.synthesizer or ctx.pool.synthesizer
+
+
+async def direct_fallback(task: str, ctx: RunContext, reason: str) -> str:
+    """The ``direct`` answer on the synthesizer model, in an ``answer`` span that says why."""
+    model = fallback_model(ctx)
     with ctx.tracer.span("answer", "synthesis", results=0, direct=True, reason=reason) as span:
         out = await answer_directly(task, ctx, model=model, name="synthesis (direct)")
         text = out.text.strip()
@@ -225,7 +232,7 @@ async def settle_answer(task: str, answer: str, results: Sequence[str | Evidence
     recorded as unsupported (event ``unsupported_answer``) and synthesised from the results."""
     if not ctx.results:
         ctx.tracer.event("unsupported_answer", {"answer": answer[:500], "reason": "no results"})
-        return await _no_evidence_answer(task, ctx, "the orchestrator answered without any result")
+        return await direct_fallback(task, ctx, "the orchestrator answered without any result")
     if supported(answer, ctx.results):
         return answer
     ctx.tracer.event("unsupported_answer", {"answer": answer[:500], "reason": "no result supports it"})
@@ -244,7 +251,7 @@ async def synthesize(task: str, results: Sequence[str | Evidence], ctx: RunConte
     synthesizer instead: the results shown then are only failures or the orchestrator's words.
     """
     if direct_without_results and not ctx.results:
-        return await _no_evidence_answer(task, ctx, "no tool or agent result")
+        return await direct_fallback(task, ctx, "no tool or agent result")
     shown = [r if isinstance(r, Evidence) else Evidence(r) for r in results][-MAX_RESULTS:]
     body = "\n".join(f"[R{i}] {e.text}" for i, e in enumerate(shown, 1))
     results_text = body or "(no results: answer from your own knowledge)"
@@ -272,7 +279,7 @@ async def synthesize(task: str, results: Sequence[str | Evidence], ctx: RunConte
             span.set(supported=False)
             ctx.tracer.event("unsupported_answer", {"answer": text[:500], "reason": "no result supports the synthesis"})
     if unsupported:  # the synthesizer answered from its own knowledge, beside the results: direct does that better
-        return await _no_evidence_answer(task, ctx, "no result supports the synthesized answer")
+        return await direct_fallback(task, ctx, "no result supports the synthesized answer")
     return text
 
 

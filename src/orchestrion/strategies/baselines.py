@@ -27,7 +27,7 @@ from .._prompts import render
 from .._text import extract_answer, normalize
 from ..models.types import GenerateConfig, msg
 from ..runtime.context import RunContext
-from ..runtime.options import StrategyOptions
+from ..runtime.options import POOL_MODEL, StrategyOptions
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
 from ..runtime.synthesis import Evidence, answer_directly, synthesize
 from ..tools.agents import majority
@@ -52,13 +52,14 @@ class SamplingOptions(StrategyOptions):
     """Options of the baselines that sample answers themselves."""
 
     temperature: float | None = Field(
-        default=None, description="sampling temperature of the answer calls (default: the agent temperature)")
+        default=None, ge=0, description="sampling temperature of the answer calls (default: the agent temperature)")
 
 
 class ModelOptions(SamplingOptions):
     """Sampling options plus the model the baseline runs on."""
 
-    model: str | None = Field(default=None, description="pool model to run on (default: the pool's orchestrator)")
+    model: str | None = Field(default=None, json_schema_extra=POOL_MODEL,
+                              description="pool model to run on (default: the pool's orchestrator)")
 
 
 def _model(ctx: RunContext, opts: ModelOptions) -> str:
@@ -80,6 +81,7 @@ def _config(ctx: RunContext, opts: SamplingOptions, *, temperature: float | None
 class Direct(Strategy):
     name = "direct"
     summary = "one call to the orchestrator model, no tools"
+    answers_directly = True
 
     class Options(ModelOptions):
         """``model``, ``temperature``, ``max_tokens`` and ``seed`` of the one call."""
@@ -147,12 +149,12 @@ class Vote(Strategy):
     summary = "majority vote over k chain-of-thought samples run in parallel (k=5)"
 
     class Options(ModelOptions):
-        k: int = Field(default=5, description="chain-of-thought samples to vote over (at least 1)")
-        temperature: float = Field(default=0.8, description="sampling temperature of the samples")
+        k: int = Field(default=5, ge=1, description="chain-of-thought samples to vote over (at least 1)")
+        temperature: float = Field(default=0.8, ge=0, description="sampling temperature of the samples")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
-        k = max(1, opts.k)
+        k = opts.k
         model = _model(ctx, opts)
         seed = opts.seed
         prompt = [msg("user", render("cot", task=task.prompt))]
@@ -183,11 +185,12 @@ class SelfRefine(Strategy):
     summary = "draft, then critique and refine on the same model until approved (max_iters=3)"
 
     class Options(ModelOptions):
-        max_iters: int = Field(default=3, description="most critique + refine rounds after the draft")
+        max_iters: int = Field(default=3, ge=0, description="most critique + refine rounds after the draft "
+                                                            "(0 = the draft alone)")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
-        max_iters = max(0, opts.max_iters)
+        max_iters = opts.max_iters
         model = _model(ctx, opts)
         cfg = _config(ctx, opts)
         draft = (await ctx.generate([msg("user", render("cot", task=task.prompt))], model=model,
@@ -227,9 +230,9 @@ class ReAct(Strategy):
     summary = "one ReAct agent holding every tool, with a step budget (max_steps=10)"
 
     class Options(StrategyOptions):
-        model: str | None = Field(default=None,
+        model: str | None = Field(default=None, json_schema_extra=POOL_MODEL,
                                   description="pool model the agent runs on (default: the pool's orchestrator)")
-        max_steps: int = Field(default=10, description="step budget of the agent")
+        max_steps: int = Field(default=10, ge=1, description="step budget of the agent")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)

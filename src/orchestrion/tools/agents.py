@@ -111,26 +111,52 @@ def _program_problem(result: ToolResult) -> str | None:
     return None
 
 
+def _printed_answer(output: str) -> str:
+    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def _worked(examples: list[tuple[str, str]]) -> str:
+    """The program library's examples as the coder prompt's ``{examples}`` block ("" for none)."""
+    if not examples:
+        return ""
+    shown = "\n".join(f"\nTask: {task[:1200]}\n```python\n{code.strip()[:1500]}\n```" for task, code in examples)
+    return render("agent_coder_examples", examples=shown)
+
+
 class CoderAgent(Tool):
+    """Writes a program for a (sub)task, runs it in the sandbox and returns what it printed.
+
+    The prompt names no kind of task: it asks for the question actually asked (the last,
+    unanswered item of a few-shot prompt), a program that computes it from the task's own data,
+    and one printed answer in the task's form. Programs that answered similar ``@train`` tasks
+    correctly before (the run context's program library, option ``worked_programs``) are shown
+    as worked examples. A run that fails, prints nothing or, for the whole task, prints an answer
+    that does not fit the task's format (its options, a number) is retried once with the reason."""
+
     name = "coder"
     kind = "agent"
-    description = ("writes a Python program that computes the answer (counting, sorting, dates, orderings, swaps, "
-                   "arithmetic), runs it in the sandbox and returns what it printed")
+    description = ("writes a Python program that computes the answer from the task's data (counting, sorting, "
+                   "dates, orderings, arithmetic, checks), runs it in the sandbox and returns what it printed")
     Args = AgentArgs
     cost_units = 2.0
-    retries = 1  # a failed or silent run is retried once, with its error shown
+    retries = 1  # a failed, silent or out-of-format run is retried once, with the reason shown
 
     async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult | str:
         ctx = _need(ctx, self.name)
-        convo = [msg("user", render("agent_coder", task=args.task, context=_context(args, ctx)))]
+        examples = _worked(await ctx.worked_programs(ctx.original_task or args.task))
+        whole = normalize(ctx.original_task or args.task) == normalize(args.task)
+        convo = [msg("user", render("agent_coder", task=args.task, context=_context(args, ctx), examples=examples))]
         result = ToolResult(status=ToolStatus.EXEC_ERROR, error="no program was written")
         for attempt in range(1 + self.retries):
             out = await ctx.generate(convo, model=model or ctx.pool.executor, config=ctx.config("agent", 384),
                                      name=self.name if attempt == 0 else f"{self.name} retry {attempt}")
             code = program_of(out.text)
             result = await ctx.call_tool("python", {"code": code, "timeout_s": 10})
-            result.data.update(code=code, attempts=attempt + 1)
+            result.data.update(code=code, attempts=attempt + 1, worked_examples=examples.count("\nTask: "))
             problem = _program_problem(result)
+            if problem is None and whole and (misfit := ctx.answer_misfit(_printed_answer(result.output))):
+                problem = f"it printed {_printed_answer(result.output)[:200]!r}, which is not an answer: {misfit}"
             if problem is None:
                 break
             result = ToolResult(status=result.status if not result.ok else ToolStatus.EXEC_ERROR,

@@ -29,6 +29,15 @@ class ToolContext(Protocol):
         """The episode's task as the user wrote it (None outside an episode)."""
         ...
 
+    def answer_misfit(self, text: str) -> str | None:
+        """Why ``text``, as the episode's final answer, would not fit the task's format (its
+        options, a number); None when it fits or the task states no format."""
+        ...
+
+    async def worked_programs(self, task: str) -> list[tuple[str, str]]:
+        """(task, program) pairs that solved tasks like ``task`` before (the coder's library)."""
+        ...
+
     def config(self, role: Literal["agent"], max_tokens: int = ...) -> GenerateConfig:
         """Generation settings for an agent tool's model call, at the agent role's temperature."""
         ...

@@ -226,6 +226,28 @@ class TraceQueries:
             params.append(split)
         return [EpisodeRow.of(r) for r in self.query(sql + " ORDER BY ended DESC LIMIT ?", (*params, limit))]
 
+    def worked_programs(self, limit: int, split: str = "train") -> list[tuple[str, str]]:
+        """(task prompt, program) of the latest correct episodes on ``split`` whose answer is what a
+        program printed (``meta.result.program_ok``, kept in format): each episode's last python run
+        that returned ``ok``, newest episode first; at most ``limit``. What the coder's program
+        library (:meth:`orchestrion.runtime.context.RunContext.worked_programs`) shows."""
+        rows = self.query(
+            "SELECT e.id AS episode, json_extract(e.task, '$.prompt') AS prompt, "
+            "json_extract(s.attrs, '$.args.code') AS code FROM episodes e JOIN spans s ON s.episode_id = e.id "
+            "WHERE e.finished = 1 AND json_extract(e.meta, '$.correct') = 1 "
+            "AND json_extract(e.meta, '$.result.program_ok') = 1 "
+            "AND json_extract(e.meta, '$.result.out_of_format') IS NULL "
+            "AND json_extract(e.task, '$.metadata.split') = ? AND s.kind = 'tool' "
+            "AND json_extract(s.attrs, '$.tool') = 'python' AND s.status = 'ok' "
+            "ORDER BY e.ended DESC, s.ended DESC", (split,))
+        out: dict[str, tuple[str, str]] = {}
+        for r in rows:
+            if r["episode"] not in out and isinstance(r["prompt"], str) and isinstance(r["code"], str) and r["code"]:
+                out[r["episode"]] = (r["prompt"], r["code"])
+            if len(out) >= limit:
+                break
+        return list(out.values())
+
     def task_prompts(self, run_id: str) -> set[str]:
         """The distinct task prompts of the run's episodes."""
         rows = self.query("SELECT DISTINCT json_extract(task, '$.prompt') AS p FROM episodes WHERE run_id = ?",
