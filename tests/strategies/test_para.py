@@ -254,3 +254,29 @@ async def test_a_program_without_the_tasks_numbers_goes_to_the_coder_with_the_wh
     await solve(task, strategy="para", pool=Pool.from_models([model_off]),
                 tools=ToolRegistry([CoderAgent(), fake_off]), store=store, options={"programs_by_coder": False})
     assert sorted(c.strip() for c in fake_off.codes) == ["706 * 280", guess]  # off: the program runs as written
+
+
+async def test_a_round_that_only_recomputes_known_results_ends_the_loop(tmp_path: Any) -> None:
+    """The calculator gives 156, then python computes 12*13 again: no third decision is asked for."""
+    import json as _json
+
+    from orchestrion import Pool, ScriptedModel, TraceStore, solve
+    from orchestrion.tools.defaults import default_tools
+
+    decisions: list[int] = []
+
+    def reply(messages: Any, config: Any) -> str:
+        if config.json_schema is None:
+            return "Answer: [R1]"
+        decisions.append(1)
+        calls = ([{"tool": "calculator", "input": "12*13"}] if len(decisions) == 1 else
+                 [{"tool": "python", "input": "print(12*13)"}] if len(decisions) == 2 else [])
+        return _json.dumps({"calls": calls, "final": False})
+
+    store = TraceStore(tmp_path / "t.db")
+    res = await solve("What is 12*13?", strategy="para", pool=Pool.from_models([ScriptedModel(reply, name="m")]),
+                      tools=default_tools(), store=store, options={"programs_by_coder": False})
+    await store.aflush()
+    assert len(decisions) == 2 and res.meta["stop"] == "recomputed" and "156" in res.answer
+    assert [e.kind for e in store.events(res.trace_id) if e.kind == "recomputed_results"] == ["recomputed_results"]
+    store.close()

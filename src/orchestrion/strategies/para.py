@@ -5,7 +5,10 @@ earlier calls (status OK / EXEC_ERROR / TIMEOUT / ...), then either issues up to
 ``max_calls`` calls (tools and agent tools alike, each optionally on a chosen pool
 model) that run concurrently, or sets ``final``. Calls that already ran (same tool, input
 and model) are not run again; a round with nothing else ends the loop (event
-``repeated_calls``: the same calls would bring no new result). A synthesis model then turns the
+``repeated_calls``: the same calls would bring no new result), and so does a round every call of
+which returned a result the episode already had, from another tool or input (event
+``recomputed_results``: ``python`` re-checking the calculator's 156 is checking, not solving;
+on ``make demo`` it saved the third decision). A synthesis model then turns the
 whole trajectory into the answer. Paper defaults: 12 rounds, 4 calls per round.
 
 Programs are the coder's job (option ``programs_by_coder``). A ``python`` call whose program uses
@@ -25,7 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from .._prompts import render
-from .._text import numbers_in
+from .._text import normalize, numbers_in, parse_number
 from ..models.types import msg
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
@@ -134,9 +137,15 @@ class Para(Strategy):
                     break
                 done.update(fresh)
                 outcomes = await ctx.parallel(self._run_call(ctx, call) for call in calls)
+                known = {_value(r) for _, r in results if r.ok} - {""}
                 for call, result in zip(calls, outcomes):
                     results.append((call, result))
                     history.append(f"[R{len(results)}] {_describe(call)} -> {result.feedback(300)}")
+                if known and all(r.ok and _value(r) in known for r in outcomes):
+                    # every call of the round gave back a result the episode had: it is checking, not solving
+                    ctx.tracer.event("recomputed_results", {"round": rnd, "calls": [_describe(c) for c in calls]})
+                    stop = "recomputed"
+                    break
                 if action.final:  # calls sent together with final are the last ones
                     stop = "final"
                     break
@@ -167,6 +176,13 @@ def uses_task_numbers(code: str, task: str) -> bool:
     """Whether ``code`` writes a number that ``task`` writes (``706 * 280`` for "What is 706 times 280?")."""
     given = {abs(n) for n in numbers_in(task)}
     return any(abs(n) in given for n in numbers_in(code))
+
+
+def _value(result: ToolResult) -> str:
+    """A result's answer value, comparable across tools: its last line, a number as a number."""
+    cited = Evidence(result.output).citable()
+    number = parse_number(cited)
+    return repr(number) if number is not None else normalize(cited)
 
 
 def _key(call: Call) -> tuple[str, str, str | None]:
