@@ -24,7 +24,7 @@ from ..tools.defaults import default_tools
 from ..trace import check_output_file
 from ..trace.export import export_jsonl
 from ..trace.store import TraceStore, default_db_path, open_for_reading
-from . import _datasets, _eval, _models, _report, _train_data, _train_rl, _train_sft
+from . import _auto, _datasets, _eval, _models, _report, _train_data, _train_rl, _train_sft
 from ._common import (
     DbOpt,
     PoolOpt,
@@ -333,7 +333,7 @@ def view(
 # Evaluation and training commands live beside their code; each module adds its own.
 train_app = typer.Typer(no_args_is_help=True, help="Train the orchestrator from traces: export, sft, grpo, opod.")
 app.add_typer(train_app, name="train")
-for _register in (_datasets.register, _eval.register, _report.register):
+for _register in (_auto.register, _datasets.register, _eval.register, _report.register):
     _register(app)
 _models.register(app)
 for _register in (_train_data.register, _train_sft.register, _train_rl.register):
