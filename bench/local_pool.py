@@ -355,10 +355,34 @@ def _report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]], args
         se = math.sqrt(sum(e ** 2 for _, e in ds if math.isfinite(e))) / k
         ratio = (sum(units[label]) / len(units[label])) / base_units if base_units else math.inf
         print(f"| {label} | {k} | {mean:+.3f} ± {se:.3f} | {ratio:.1f}× |")
+    _print_out_of_format(store, runs)
     print("\n**Per-task verdicts (auto and para against direct on the 1.5B model)**\n")
     print("| task | strategy | verdict |\n|---|---|---|")
     print("\n".join(verdicts))
     _plot(avg, args.out / "accuracy_cost.png")
+
+
+def _print_out_of_format(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]]) -> None:
+    """How many final answers of each row do not fit their task's format (its options, a number),
+    read from the trace store. Only direct's own answers may: an arm's or a synthesis's is replaced."""
+    from orchestrion.runtime.fit import AnswerFormat
+    from orchestrion.runtime.types import Task
+
+    counts: dict[str, list[int]] = {}
+    for labels in runs.values():
+        for label, (run_id, _) in labels.items():
+            for ep in store.episodes(run_id=run_id):
+                if not ep.finished:
+                    continue
+                task = ep.task_value()
+                fmt = AnswerFormat.of(Task.model_validate(task)) if isinstance(task, dict) else None
+                seen = counts.setdefault(label, [0, 0])
+                seen[0] += 1
+                seen[1] += int(fmt is not None and fmt.misfit(ep.answer or "") is not None)
+    print("\n**Final answers out of their task's format** (a query over the trace store)\n")
+    print("| row | episodes | out of format |\n|---|---|---|")
+    for label, (n, bad) in counts.items():
+        print(f"| {label} | {n} | {bad} |")
 
 
 async def main() -> None:
@@ -369,7 +393,8 @@ async def main() -> None:
                     help="N more @train examples per task for the history, drawn with seed+1 (a shuffle of its own, "
                          "so examples may repeat); the --train runs are kept as they are")
     ap.add_argument("--history-only", action="store_true", help="run the @train history and stop")
-    ap.add_argument("--tasks", default=",".join(TASKS), help="comma-separated BIG-bench tasks, or 'none'")
+    ap.add_argument("--tasks", default=",".join(TASKS),
+                    help="comma-separated BIG-bench tasks, 'tuning' or 'heldout' (bench/families.py), or 'none'")
     ap.add_argument("--history", default=",".join(HISTORY),
                     help="strategies run on @train for auto's history, besides direct on each model")
     ap.add_argument("--table", default=",".join(TABLE), help="strategies of the @test table, besides direct "
@@ -390,6 +415,10 @@ async def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=Path("bench/out/local_pool"))
     args = ap.parse_args()
+    if args.tasks in ("tuning", "heldout"):  # the lists of bench/families.py
+        from families import HELD_OUT, TUNING, TUNING_EXTRA
+
+        args.tasks = ",".join(HELD_OUT if args.tasks == "heldout" else [*TUNING, *TUNING_EXTRA])
     args.history = [s for s in args.history.split(",") if s]
     args.table = [s for s in args.table.split(",") if s]
     args.limit_for = {k: int(v) for k, _, v in (p.partition("=") for p in args.limit_for.split(",") if p)}
