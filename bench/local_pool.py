@@ -279,7 +279,7 @@ def _verdict(diff: float, se: float, n: int) -> str:
 async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, str], state_path: Path) -> None:
     """History on @train, then the @test table, then verdicts against direct on the strongest model."""
     tasks = [] if args.tasks == "none" else args.tasks.split(",")
-    auto_opts = {"arm_options": {"para": _options(["para"])}, "arms": [
+    auto_opts = {"arm_options": {"para": _options(["para"])} if "para" in args.history else {}, "arms": [
         f"direct:{STRONGEST}", f"program:{STRONGEST}", *(f"direct:{m}" for m in LOCAL_MODELS if m != STRONGEST),
         *([f"cot:{STRONGEST}"] if "cot" in args.history else []), *(["para"] if "para" in args.history else [])]}
 
