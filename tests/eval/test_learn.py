@@ -38,3 +38,12 @@ def test_learn_runs_each_arm_once_and_prints_what_it_learned(tmp_path: Path) -> 
 def test_learn_refuses_a_dataset_that_is_not_the_train_side(tmp_path: Path) -> None:
     res = cli("auto", "learn", "--dataset", f"jsonl:{_data(tmp_path)}", "--pool", "tiny", env_db=tmp_path / "t.db")
     assert res.returncode == 2 and "@train side only" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_an_option_refused_before_the_episode_stops_the_eval_with_one_line(tmp_path: Path) -> None:
+    """auto refuses arm_options for an arm it does not run before its episode is recorded: the run
+    must not 'finish' with no episode in it."""
+    res = cli("eval", "-d", f"jsonl:{_data(tmp_path)}", "-s", "auto", "--pool", "tiny", "--limit", "1",
+              "--set", "arms=[\"direct:smollm2-135m\"]", "--set", "arm_options={\"para\": {\"max_rounds\": 4}}",
+              env_db=tmp_path / "t.db")
+    assert res.returncode != 0 and "no arm runs" in res.stderr and "Traceback" not in res.stderr

@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .._errors import ConfigError
 from ..runtime.budget import Budget
-from ..runtime.options import check_run_options
+from ..runtime.episode import checked_options
+from ..runtime.options import check_run_options, options_for
 from ..runtime.types import Task
 from ..status import EpisodeStatus, RunStatus
 from ..strategies.registry import get_strategy
@@ -51,6 +52,16 @@ class EvalConfig(BaseModel):
     # filled in when the run starts
     dataset_kind: str | None = None
     task_ids: list[str] = Field(default_factory=list)
+
+    @field_validator("strategies")
+    @classmethod
+    def _each_once(cls, names: list[str]) -> list[str]:
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:  # the same (task, strategy, epoch) twice: duplicate rows, and resume could not tell them apart
+            raise ValueError(f"each strategy once: {', '.join(twice)} is listed more than once")
+        if not all(n.strip() for n in names):
+            raise ValueError("a strategy name is blank")
+        return names
 
 
 @dataclass
@@ -193,6 +204,18 @@ def work_items(tasks: list[Task], strategies: list[str], epochs: int,
     return [it for it in items if it.key not in done]
 
 
+async def _check_against_pool(config: EvalConfig, pool_factory: PoolFactory) -> None:
+    """Each strategy's options checked against the run's pool once, before any episode: an option
+    the pool cannot honour is a ConfigError here, not an episode refused before it is recorded."""
+    probe = pool_factory()
+    try:
+        for name in config.strategies:
+            strategy = get_strategy(name)
+            checked_options(strategy, probe, options_for(type(strategy).Options, config.options))
+    finally:
+        await probe.aclose()
+
+
 async def run_eval(
     config: EvalConfig,
     store: TraceStore,
@@ -226,6 +249,7 @@ async def run_eval(
     Budget.model_validate(config.budget)  # a bad budget fails before anything starts
     tasks, scorer, kind = load_tasks(config)
     pool_factory = pool or PoolSource(config.pool, adapter=config.orchestrator_adapter)
+    await _check_against_pool(config, pool_factory)
     the_executor = executor or make_executor(config.executor, concurrency=config.concurrency,
                                              ray_address=config.ray_address)
     run_id = new_id() if resume is None else run_id

@@ -143,15 +143,23 @@ async def run_episode(task: str | Task, strategy: EpisodeStrategy, **args: Unpac
                          end.error, end.meta)
 
 
+def checked_options(strategy: EpisodeStrategy, pool: Pool, options: dict[str, Any] | None) -> StrategyOptions:
+    """The episode's options: the CLI/API ``options`` over the pool's strategy YAML, validated as the
+    strategy's ``Options`` and checked against the pool (its model names, say); a ConfigError
+    otherwise. An eval calls it once before its run starts, so no episode is refused mid-run."""
+    settings = episode_options(strategy.Options, strategy.name, pool.config.strategies.get(strategy.name, {}),
+                               pool.source, options)
+    strategy.check_options(settings, pool)  # what only the pool can tell
+    return settings
+
+
 def _build(task: str | Task, strategy: EpisodeStrategy, args: EpisodeArgs) -> _Episode:
     """The episode's context, and its opening row in the store."""
     the_task = task if isinstance(task, Task) else Task(prompt=task)
     pool, store = args.get("pool"), args.get("store")
     the_pool = load_pool(pool)
     # validated before the episode starts: a bad option is a ConfigError, not a half-written episode
-    settings = episode_options(strategy.Options, strategy.name, the_pool.config.strategies.get(strategy.name, {}),
-                               the_pool.source, args.get("options"))
-    strategy.check_options(settings, the_pool)  # what only the pool can tell: its model names, say
+    settings = checked_options(strategy, the_pool, args.get("options"))
     opts = settings.model_dump(mode="json", exclude_unset=True)
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
     the_id = args.get("episode_id") or new_id()
