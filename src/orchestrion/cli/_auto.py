@@ -29,7 +29,8 @@ class _ArmProgress(Observer):
     def episode(self, outcome: object, tally: Tally) -> None:
         if tally.done % 5 == 0 or tally.done == tally.total:
             acc = "-" if tally.accuracy is None else f"{tally.accuracy:.2f}"
-            err.print(f"[{self.arm}] {tally.done}/{tally.total} episodes, accuracy {acc}", highlight=False, markup=False)
+            line = f"[{self.arm}] {tally.done}/{tally.total} episodes, accuracy {acc}"
+            err.print(line, highlight=False, markup=False)
 
 
 def arm_table(rows: list[ArmRow], title: str) -> Table:
