@@ -19,8 +19,8 @@ from ..models.cost import Price, cost_parts
 from ..models.pool import Pool
 from ..models.structured import parse_as, repair_messages, schema_prompt
 from ..models.types import Completion, GenerateConfig, Message, Usage
-from ..tools.envelope import ToolResult, ToolStatus
 from ..tools import nearest
+from ..tools.envelope import ToolResult, ToolStatus
 from ..tools.registry import ToolRegistry
 from ..trace.tracer import Tracer
 from .answer import AnswerChannel
