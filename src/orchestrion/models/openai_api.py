@@ -4,7 +4,8 @@ Speaks the wire protocol over aiohttp + orjson (the official SDK costs 2-3 ms CP
 call): one lazily made ``ClientSession`` per event loop, unbounded connection pool.
 Each failure is a one-line :class:`ModelError`: a 4xx other than 429 fails at once; 429,
 5xx, connection errors and timeouts are retried with exponential backoff and jitter
-(``Retry-After`` honoured, capped), then raise :class:`ModelUnavailableError`. A timeout
+(``Retry-After`` honoured, capped; one asking for more than ``timeout_s`` fails at once), each
+retry logged as one warning line, then raise :class:`ModelUnavailableError`. A timeout
 is not retried (a hung server hangs again), so with the defaults (45 s per request, 10 s
 to connect, 3 retries) a dead or hung server fails in under a minute. An HTTP
 error status is a :class:`ModelHTTPError` carrying ``status``, ``body`` and ``retryable``.
@@ -14,6 +15,8 @@ A missing API-key variable is a :class:`ConfigError`.
 from __future__ import annotations
 
 import asyncio
+import logging
+import math
 import os
 import random
 import re
@@ -42,6 +45,7 @@ DEFAULT_TIMEOUT_S = 45.0
 CONNECT_TIMEOUT_S = 10.0
 # the error aiohttp raises when sock_connect runs out (aiohttp >= 3.10; older ones raise a plain timeout)
 _CONNECT_TIMEOUT: type[BaseException] = getattr(aiohttp, "ConnectionTimeoutError", type("_Never", (Exception,), {}))
+log = logging.getLogger(__name__)
 _HINTS = {
     401: "; check the API key in {key}",
     403: "; check the API key in {key}",
@@ -183,9 +187,11 @@ class OpenAIAPIModel:
         session = self._get_session()
         headers = self._headers()
         kind, problem, delay, status, message = "unreachable", "", 0.0, 0, ""
+        where = f"model '{self.name}' at {self.url}"
         attempts = self.max_retries + 1
         for attempt in range(attempts):
-            if attempt:
+            if attempt:  # one line per retry, so a wait is never silent
+                log.warning("%s: %s; retry %d of %d in %.1fs", where, problem, attempt, attempts - 1, delay)
                 await asyncio.sleep(delay)
             delay = min(self.max_backoff_s, self.backoff_s * 2**attempt) * (0.5 + random.random() / 2)
             try:
@@ -203,8 +209,12 @@ class OpenAIAPIModel:
                     text = f"model '{self.name}' at {self.url} rejected the request (HTTP {resp.status}): {message}"
                     raise ModelHTTPError(text + hint, resp.status, message, retryable=False)
                 kind, problem, status = "failing", f"HTTP {resp.status}: {message}", resp.status
-                wait = wire.retry_after(resp.headers, self.max_retry_after_s)
-                delay = delay if wait is None else wait
+                wait = wire.retry_after(resp.headers, math.inf)
+                if wait is not None and wait > self.timeout_s:  # waiting that long is not this call's to do
+                    raise ModelHTTPError(
+                        f"{where} answered {problem} and asks to wait {wait:g}s before a retry, longer than the "
+                        f"call's timeout of {self.timeout_s:g}s (timeout_s); not retried", status, message, True)
+                delay = delay if wait is None else min(wait, self.max_retry_after_s)
             except (aiohttp.ClientError, TimeoutError) as exc:
                 kind = ("connect" if isinstance(exc, _CONNECT_TIMEOUT) else
                         "timeout" if isinstance(exc, TimeoutError) else "unreachable")
@@ -212,7 +222,6 @@ class OpenAIAPIModel:
                 if kind != "unreachable":  # a hanging server hangs again: one wait of timeout_s, not one per retry
                     attempts = attempt + 1
                     break
-        where = f"model '{self.name}' at {self.url}"
         tries = f"{attempts} attempt" + ("s" if attempts > 1 else "")
         if kind == "connect":
             raise ModelUnavailableError(
