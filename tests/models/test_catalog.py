@@ -179,6 +179,14 @@ def test_a_file_without_side_file_is_hashed_once(index: FakeIndex) -> None:
     assert catalog.side_path("fake").exists()
 
 
+def test_the_side_file_is_owner_only(index: FakeIndex) -> None:
+    download.pull(["fake"])
+    side = catalog.side_path("fake")
+    assert oct(side.stat().st_mode & 0o777) == "0o600"
+    assert oct(side.parent.stat().st_mode & 0o777) == "0o700"
+    assert not list(side.parent.glob("*.tmp"))  # the temporary file was renamed over it
+
+
 def test_remove_deletes_file_side_file_and_downloads(index: FakeIndex) -> None:
     download.pull(["fake"])
     catalog.private_dir(catalog.downloads_dir("fake"))

@@ -164,6 +164,19 @@ def test_default_pool_is_local_once_pulled_else_tiny_with_a_hint(
     assert Pool.resolve().names == ["smollm2-135m"]
 
 
+@pytest.mark.parametrize(("name", "value"), [("ORCHESTRION_PREFIX_CACHE_MB", "abc"),
+                                           ("ORCHESTRION_PREFIX_CACHE_MB", "-1"),
+                                           ("ORCHESTRION_PREFIX_CACHE", "maybe"),
+                                           ("ORCHESTRION_THREADS", "two")])
+def test_a_bad_embedded_setting_is_refused_when_the_pool_is_made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                                 name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError, match=name) as info:
+        Pool.resolve("tiny")  # before any model is built or any episode starts
+    assert "\n" not in str(info.value)
+    assert Pool.resolve(write(tmp_path, GOOD)).names == ["qwen", "big"]  # no embedded model reads it
+
+
 def test_a_pool_file_named_like_a_preset_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "local").write_text(GOOD)

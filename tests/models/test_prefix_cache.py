@@ -112,6 +112,28 @@ def test_a_damaged_or_foreign_state_file_is_rejected_and_deleted(tmp_path: Path,
     assert not path.exists()
 
 
+def test_the_store_makes_its_root_and_every_missing_parent_owner_only(tmp_path: Path) -> None:
+    root = tmp_path / "a" / "b" / "kv"
+    store = _store(root)
+    store.save([1, 2, 3], b"kv-bytes")
+    for folder in (tmp_path / "a", tmp_path / "a" / "b", root, store.folder):
+        assert oct(folder.stat().st_mode & 0o777) == "0o700", folder
+    assert oct(store.path_for([1, 2, 3]).stat().st_mode & 0o777) == "0o600"
+
+
+def test_the_default_root_under_the_cache_is_owner_only_and_tightened(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("ORCHESTRION_PREFIX_CACHE_DIR")
+    monkeypatch.setenv("ORCHESTRION_CACHE", str(tmp_path / "cache"))
+    store = DiskStateStore({"model_sha256": "abc"}, limit=1 << 20)
+    assert store.root == tmp_path / "cache" / "kv"
+    store.save([1], b"x")
+    assert oct(store.root.stat().st_mode & 0o777) == "0o700"
+    store.root.chmod(0o755)  # as an older version left it
+    store.save([2], b"y")
+    assert oct(store.root.stat().st_mode & 0o777) == "0o700"
+
+
 def test_the_disk_store_drops_the_least_recently_used_files_past_its_bound(tmp_path: Path) -> None:
     store = DiskStateStore({"model_sha256": "abc"}, root=tmp_path, limit=2500)
     for i in range(3):

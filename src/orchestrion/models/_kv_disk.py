@@ -17,7 +17,8 @@ evaluated again (and written anew).
 The folder (``$ORCHESTRION_PREFIX_CACHE_DIR`` when set) is bounded by
 ``$ORCHESTRION_PREFIX_CACHE_MB`` (default 2048 MB) over all models together: after a write,
 the least recently used files (a load touches its file) go first.
-``$ORCHESTRION_PREFIX_CACHE=off`` turns pinning and this store off.
+``$ORCHESTRION_PREFIX_CACHE=off`` turns pinning and this store off. The folders are made
+owner-only (0700, every one this store creates) and the files 0600, like the other state files.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import stat
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -37,6 +39,7 @@ import orjson
 from .._errors import ConfigError
 from .._paths import cache_dir
 from ._threads import env_int
+from .catalog import private_dir, write_private
 
 log = logging.getLogger(__name__)
 
@@ -92,8 +95,8 @@ def file_sha256(path: Path) -> str:
     hexdigest = digest.hexdigest()
     known[ident] = hexdigest
     with contextlib.suppress(OSError):
-        memo.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _write_atomic(memo, orjson.dumps(known))
+        private_dir(memo.parent)
+        write_private(memo, orjson.dumps(known))
     return hexdigest
 
 
@@ -170,8 +173,8 @@ class DiskStateStore:
                   "tokens_sha256": tokens_digest(tokens), "data_sha256": hashlib.sha256(data).hexdigest()}
         blob = MAGIC + orjson.dumps(header) + b"\n" + array("i", tokens).tobytes() + data
         try:
-            self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-            _write_atomic(self.path_for(tokens), blob)
+            _private_folder(self.folder, self.root)
+            write_private(self.path_for(tokens), blob)
         except OSError as exc:
             log.warning("prefix state not written to %s: %s", self.folder, exc)
             return
@@ -197,14 +200,11 @@ class DiskStateStore:
                 total -= size
 
 
-def _write_atomic(path: Path, blob: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+def _private_folder(folder: Path, root: Path) -> None:
+    """Create ``folder`` and every missing folder above it owner-only (0o700); the default root,
+    when an older version made it wider, is tightened to 0o700 too."""
+    private_dir(folder)
+    if "ORCHESTRION_PREFIX_CACHE_DIR" not in os.environ:
+        info = root.stat()
+        if info.st_uid == os.geteuid() and stat.S_IMODE(info.st_mode) & 0o077:
+            root.chmod(0o700)

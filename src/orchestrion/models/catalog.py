@@ -10,6 +10,7 @@ Fetching lives in :mod:`orchestrion.models.download` (``download.pull``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import os
@@ -152,6 +153,20 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def write_private(path: Path, blob: bytes) -> None:
+    """Write ``blob`` to ``path`` atomically (a temporary file renamed over it), owner-only (0o600)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(blob)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+
+
 # -- checking files against their pins ----------------------------------------------------
 class PinMismatch(ModelFileError):
     """A file on disk differs from its catalog pin."""
@@ -197,9 +212,7 @@ def record_verified(name: str, path: Path) -> None:
     record = {"path": str(path), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": CATALOG[name].sha256}
     try:
         private_dir(models_dir())
-        tmp = side_path(name).with_suffix(".tmp")
-        tmp.write_bytes(orjson.dumps(record))
-        os.replace(tmp, side_path(name))
+        write_private(side_path(name), orjson.dumps(record))
     except OSError:
         pass  # a read-only cache only costs a re-hash next time
 

@@ -12,7 +12,7 @@ import asyncio
 import importlib
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .._errors import ConfigError, ModelNotFoundError
 from .._text import load_yaml
+from ._kv_disk import max_bytes, prefix_cache_enabled
+from ._threads import env_threads
 from .cost import Price
 from .presets import is_preset, missing, preset_config
 from .protocol import Model
@@ -93,6 +95,7 @@ class Pool:
         self.config = config
         self.source = source
         self.specs: dict[str, ModelSpec] = {m.name: m for m in config.models}
+        check_embedded_env(self.specs.values())
         self._models: dict[str, Model] = {}
         self._limits: dict[str, asyncio.Semaphore] = {}
         # usable by role, but not offered to the orchestrator as a model to pick
@@ -313,6 +316,18 @@ def default_pool_ref() -> str:
             f"`orchestrion models pull` ({', '.join(gone)} missing)\n"
         )
     return "tiny"
+
+
+def check_embedded_env(specs: Iterable[ModelSpec]) -> None:
+    """The environment an embedded (llama-cpp) model reads, checked when its pool is made:
+    a bad ``$ORCHESTRION_PREFIX_CACHE``, ``$ORCHESTRION_PREFIX_CACHE_MB`` or ``$ORCHESTRION_THREADS``
+    is one :class:`ConfigError` before any episode, not an error in every episode."""
+    embedded = [s for s in specs if s.backend == "llama-cpp"]
+    if not embedded:
+        return
+    env_threads()
+    if any(prefix_cache_enabled() if s.prefix_cache is None else s.prefix_cache for s in embedded):
+        max_bytes()
 
 
 def _create(spec: ModelSpec) -> Model:
