@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
-from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve
+from orchestrion import ConfigError, Pool, ScriptedModel, ToolRegistry, TraceStore, solve
 from orchestrion.cli import app
 from orchestrion.models.types import Usage
 from orchestrion.status import EpisodeStatus
@@ -156,12 +157,48 @@ async def test_auto_runs_orchestrators_with_their_arm_options(store: TraceStore)
     assert res.meta["arm"] == "para" and res.meta["rounds"] == 1 and res.answer == "Answer: 2"
 
 
-@pytest.mark.parametrize(("arm", "message"), [
-    ("nonsense", "names no usable strategy"), ("para:big", "runs on the whole pool"), ("direct:nope", "nope"),
+@pytest.mark.parametrize(("options", "message"), [
+    ({"arms": ["nonsense"]}, "arm 'nonsense' names no usable strategy"),
+    ({"arms": ["bogus"]}, "arm 'bogus' names no usable strategy"),
+    ({"arms": ["para:big"]}, "runs on the whole pool"),
+    ({"arms": ["direct:nope"]}, "arm 'direct:nope': strategy 'direct': option 'model' = 'nope' is not a model"),
+    ({"arms": ["para"], "arm_options": {"para": {"max_rounds": -1}}}, "option 'max_rounds' = -1"),
+    ({"arm_options": {"para": {"max_rounds": -1}}}, "option 'max_rounds' = -1"),  # para is a default arm
+    ({"arms": ["para"], "arm_options": {"para": {"nope": 1}}}, "unknown option 'nope'"),
+    ({"arms": ["proactive"], "arm_options": {"proactive": {"worker_model": "bogus"}}},
+     "option 'worker_model' = 'bogus' is not a model of the pool"),
+    ({"arms": ["direct:big"], "arm_options": {"para": {"max_rounds": 2}}}, "arm_options names 'para', which no arm"),
+    ({"arms": ["direct:big", "direct:big"]}, "direct:big are listed more than once"),
+    ({"arms": []}, "option 'arms' = []"),
 ])
-async def test_bad_arms_are_one_line_config_errors(store: TraceStore, arm: str, message: str) -> None:
-    res = await solve("q", strategy="auto", pool=pool(), store=store, options={"arms": [arm]})
-    assert res.status == "error" and message in (res.error or "") and "\n" not in (res.error or "")
+async def test_bad_arms_are_refused_before_the_episode(store: TraceStore, options: dict[str, Any],
+                                                       message: str) -> None:
+    models = [ScriptedModel(["Answer: 1"], name="big"), ScriptedModel(["Answer: 2"], name="small")]
+    with pytest.raises(ConfigError, match=re.escape(message)) as caught:
+        await solve("q", strategy="auto", pool=Pool.from_models(models, orchestrator="big", executor="big"),
+                    store=store, options=options)
+    assert "\n" not in str(caught.value)
+    assert store.episodes() == [] and not any(m.calls for m in models)  # nothing ran, nothing was recorded
+
+
+@pytest.mark.parametrize("value", ["none", "None", "null", None])
+async def test_history_split_none_reads_every_scored_episode(store: TraceStore, value: str | None) -> None:
+    # as the option's help says: none (or null) = every scored episode, whatever its split
+    for i in range(3):
+        add_episode(store, SORT.format(i), "direct", 1.0, split="test", model="small", units=0.1)
+        add_episode(store, SORT.format(i), "direct", 0.0, split="test", model="big")
+    store.flush()
+    res = await solve(SORT.format("c d"), strategy="auto", pool=pool(), store=store,
+                      options={"arms": ["direct:big", "direct:small"], "history_split": value})
+    assert res.meta["arm"] == "direct:small" and res.meta["auto"]["exploring"] is False
+    [event] = [e.data_value() for e in store.events(res.trace_id) if e.kind == "auto_choice"]
+    assert event["history"] == 6
+
+
+async def test_an_unknown_history_split_is_refused(store: TraceStore) -> None:
+    with pytest.raises(ConfigError, match="option 'history_split' = 'trian': expected 'train' | 'test' | None"):
+        await solve("q", strategy="auto", pool=pool(), store=store, options={"history_split": "trian"})
+    assert store.episodes() == []
 
 
 def test_safe_z_keeps_the_baseline_unless_an_arm_is_clear_of_it() -> None:

@@ -59,13 +59,14 @@ import asyncio
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from .._errors import ConfigError
+from ..models.pool import Pool
 from ..runtime.context import RunContext
-from ..runtime.options import StrategyOptions, validate_options
+from ..runtime.options import StrategyOptions, as_options, validate_options
 from ..tools import nearest
 from .base import _REGISTRY, Answer, Strategy, Task, register
 
@@ -273,12 +274,17 @@ def arm_of(strategy: str, result: Mapping[str, Any]) -> str | None:
     return strategy or None
 
 
-def default_arms(ctx: RunContext) -> list[str]:
+def default_arms(pool: Pool) -> list[str]:
     """``direct`` on the orchestrator, ``program``, ``para``, ``cot`` on the orchestrator, then
     ``direct`` on every other pool model."""
-    head = ctx.pool.orchestrator
-    return [f"direct:{head}", f"program:{ctx.pool.executor}", "para", f"cot:{head}",
-            *(f"direct:{m}" for m in ctx.pool.names if m != head)]
+    head = pool.orchestrator
+    return [f"direct:{head}", f"program:{pool.executor}", "para", f"cot:{head}",
+            *(f"direct:{m}" for m in pool.names if m != head)]
+
+
+def _usable() -> list[str]:
+    """The strategies an arm may run: every registered one but ``auto`` and ``router`` (which choose themselves)."""
+    return sorted(n for n in _REGISTRY if n not in (Auto.name, "router"))
 
 
 @register
@@ -289,8 +295,9 @@ class Auto(Strategy):
 
     class Options(StrategyOptions):
         arms: list[str] | None = Field(
-            default=None, description="candidate arms, 'strategy' or 'strategy:model', in preference order "
-                                      "(default: direct, program and cot on the pool's models, and para)")
+            default=None, min_length=1,
+            description="candidate arms, 'strategy' or 'strategy:model', in preference order (at least 1; "
+                        "default: direct, program and cot on the pool's models, and para)")
         k: int = Field(default=12, ge=1, description="nearest past task prompts whose episodes are compared")
         relative_similarity: float = Field(
             default=0.5, ge=0, le=1, description="a past prompt less similar than this times the nearest one's "
@@ -307,18 +314,46 @@ class Auto(Strategy):
                                            "(null: no guard)")
         explore: bool = Field(default=True, description="run an arm that has too little history (else choose "
                                                         "among the arms that have some)")
-        history_split: str | None = Field(
+        history_split: Literal["train", "test"] | None = Field(
             default="train", description="learn only from episodes whose task is on this side of the split "
-                                         "(train/test; none = every scored episode)")
+                                         "(train or test; null or none = every scored episode)")
         history_limit: int = Field(default=20000, ge=1, description="most recent scored episodes read")
         arm_options: dict[str, dict[str, Any]] = Field(
             default_factory=dict, description="options per arm strategy, e.g. {para: {max_rounds: 4}}")
 
+        @field_validator("history_split", mode="before")
+        @classmethod
+        def _none_is_null(cls, value: Any) -> Any:
+            """``none`` (``--set history_split=none``, as this option's help says) is null."""
+            return None if isinstance(value, str) and value.strip().lower() in ("none", "null") else value
+
+    @classmethod
+    def check_options(cls, options: StrategyOptions, pool: Pool) -> None:
+        """Every arm names a usable strategy (and a pool model where it takes one), ``arm_options``
+        names strategies an arm runs, and each arm's options are valid for its strategy and pool."""
+        super().check_options(options, pool)
+        opts = as_options(cls.Options, options, where="strategy 'auto'")
+        candidates = opts.arms or default_arms(pool)
+        twice = sorted({a for a in candidates if candidates.count(a) > 1})
+        if twice:
+            raise ConfigError(f"auto: arms {', '.join(twice)} are listed more than once")
+        running = {arm.partition(":")[0] for arm in candidates}
+        for name in opts.arm_options:
+            if name not in running:
+                raise ConfigError(f"auto: arm_options names '{name}', which no arm runs; "
+                                  f"the arms run {', '.join(sorted(running))}")
+        for arm in candidates:
+            strategy, _, model = arm.partition(":")
+            _check_arm(arm)
+            settings = _arm_settings(opts, strategy, model)
+            try:
+                _REGISTRY[strategy].check_options(settings, pool)
+            except ConfigError as exc:
+                raise ConfigError(f"auto: arm '{arm}': {exc}") from None
+
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
-        candidates = opts.arms or default_arms(ctx)
-        for arm in candidates:
-            self._check_arm(arm, ctx)
+        candidates = opts.arms or default_arms(ctx.pool)  # checked before the episode (check_options)
         rows = await asyncio.to_thread(ctx.tracer.store.scored_history, opts.history_limit, opts.history_split)
         history = parse_outcomes(r for r in rows if r.id != ctx.tracer.episode_id)
         choice = choose_arm(task.prompt, history, candidates, k=opts.k, min_trials=opts.min_trials,
@@ -326,25 +361,25 @@ class Auto(Strategy):
                             prior_weight=opts.prior_weight, safe_z=opts.safe_z)
         ctx.tracer.event("auto_choice", {**choice.as_dict(), "history": len(history)})
         strategy, _, model = choice.arm.partition(":")
-        child = ctx.with_options(self._arm_options(ctx, opts, strategy, model))
+        child = ctx.with_options(_arm_settings(opts, strategy, model))
         answer = await _REGISTRY[strategy]().solve(task, child)
         meta = {**answer.meta, "arm": choice.arm, "auto": {k: v for k, v in choice.as_dict().items() if k != "arm"}}
         return Answer(answer.text, status=answer.status, meta=meta)
 
-    @staticmethod
-    def _check_arm(arm: str, ctx: RunContext) -> None:
-        strategy, _, model = arm.partition(":")
-        if strategy not in _REGISTRY or strategy in (Auto.name, "router"):
-            usable = sorted(n for n in _REGISTRY if n not in (Auto.name, "router"))
-            raise ConfigError(f"auto: arm '{arm}' names no usable strategy; use one of {', '.join(usable)}")
-        if model:
-            if "model" not in _REGISTRY[strategy].Options.model_fields:
-                raise ConfigError(f"auto: arm '{arm}': strategy '{strategy}' runs on the whole pool; "
-                                  f"write it without ':{model}'")
-            ctx.pool.spec(model)  # an unknown model is a ConfigError that names the pool's models
 
-    @staticmethod
-    def _arm_options(ctx: RunContext, opts: Auto.Options, strategy: str, model: str) -> StrategyOptions:
-        shared = opts.model_dump(include=set(StrategyOptions.model_fields), exclude_unset=True)
-        values = {**shared, **opts.arm_options.get(strategy, {}), **({"model": model} if model else {})}
-        return validate_options(_REGISTRY[strategy].Options, values, where=f"auto: options of arm {strategy}")
+def _check_arm(arm: str) -> None:
+    """``arm`` names a strategy an arm may run, with a model only where that strategy takes one."""
+    strategy, _, model = arm.partition(":")
+    if strategy not in _usable():
+        raise ConfigError(f"auto: arm '{arm}' names no usable strategy; use one of {', '.join(_usable())}")
+    if model and "model" not in _REGISTRY[strategy].Options.model_fields:
+        raise ConfigError(f"auto: arm '{arm}': strategy '{strategy}' runs on the whole pool; "
+                          f"write it without ':{model}'")
+
+
+def _arm_settings(opts: Auto.Options, strategy: str, model: str) -> StrategyOptions:
+    """The options an arm runs with: the shared options set on ``auto``, the arm's ``arm_options``,
+    and its model; validated against the arm strategy's ``Options``."""
+    shared = opts.model_dump(include=set(StrategyOptions.model_fields), exclude_unset=True)
+    values = {**shared, **opts.arm_options.get(strategy, {}), **({"model": model} if model else {})}
+    return validate_options(_REGISTRY[strategy].Options, values, where=f"auto: options of arm {strategy}")
