@@ -12,6 +12,7 @@ import pytest
 from orchestrion import (
     Budget,
     Completion,
+    ConfigError,
     GenerateConfig,
     Message,
     Pool,
@@ -354,3 +355,37 @@ async def test_solve_directly_is_an_orchestrator_action_whose_answer_is_a_result
                       tools=ToolRegistry([SolveDirectlyAgent()]), store=store)
     assert res.answer == "Paris" and res.meta["solved_directly"] == 1
     assert big.calls[0][-1]["content"] == render("direct", task="Capital of France?")
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"max_active": 0}, "option 'max_active' = 0"),
+    ({"max_invalid": 0}, "option 'max_invalid' = 0"),
+    ({"stall_steps": -1}, "option 'stall_steps' = -1"),
+    ({"decision_tokens": 0}, "option 'decision_tokens' = 0"),
+    ({"max_steps": 0}, "option 'max_steps' = 0"),
+    ({"max_subagents": 0}, "option 'max_subagents' = 0"),
+    ({"subagent_steps": 0}, "option 'subagent_steps' = 0"),
+    ({"max_decisions": 0}, "option 'max_decisions' = 0"),
+    ({"max_fruitless": -1}, "option 'max_fruitless' = -1"),
+    ({"worker_model": "bogus"}, "option 'worker_model' = 'bogus' is not a model of the pool"),
+])
+async def test_bad_options_are_refused_before_the_episode(store: TraceStore, options: dict[str, Any],
+                                                          message: str) -> None:
+    # each refused by its Field or the pool check, as para's are: no clamp, no episode, no model call
+    orch, worker = ScriptedModel([act(action="complete", answer="x")], name="orch"), ScriptedModel(["x"], name="w")
+    with pytest.raises(ConfigError, match=re.escape(message)) as caught:
+        await solve("q", strategy="proactive", pool=Pool.from_models([orch, worker]), store=store, options=options)
+    assert "\n" not in str(caught.value)
+    assert "its models: orch, w" in str(caught.value) or "worker_model" not in message
+    assert store.episodes() == [] and not orch.calls and not worker.calls
+
+
+async def test_the_worker_model_option_names_the_sub_agents_model(store: TraceStore) -> None:
+    orch = ScriptedModel([act(action="delegate_task", instruction="do it", tools=[], step_budget=2),
+                          act(action="complete", answer="done")], name="orch")
+    worker = ScriptedModel([act(action="finish", answer="42")], name="w")
+    res = await solve("q", strategy="proactive", pool=Pool.from_models([orch, worker]), store=store,
+                      options={"worker_model": "w"})
+    assert res.status == "ok" and worker.calls
+    [delegation] = events(store, res.trace_id, "delegation")
+    assert delegation["model"] == "w"

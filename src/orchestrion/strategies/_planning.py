@@ -30,11 +30,12 @@ MAX_SUBTASKS = 8  # Plan's own limit
 class PlanOptions(StrategyOptions):
     """Options of the strategies that plan with :func:`ask_plan` and run the plan (milestone, topology)."""
 
-    max_subtasks: int = Field(default=MAX_SUBTASKS, description=f"most subtasks per plan (at most {MAX_SUBTASKS})")
-    plan_repairs: int = Field(default=2,
+    max_subtasks: int = Field(default=MAX_SUBTASKS, ge=1, le=MAX_SUBTASKS,
+                              description=f"most subtasks per plan (1 to {MAX_SUBTASKS})")
+    plan_repairs: int = Field(default=2, ge=0,
                               description="re-prompts after a plan with a graph error, before the fallback plan")
-    plan_max_tokens: int = Field(default=512, description="output-token limit of each planning call")
-    node_timeout_s: float | None = Field(default=None,
+    plan_max_tokens: int = Field(default=512, ge=1, description="output-token limit of each planning call")
+    node_timeout_s: float | None = Field(default=None, gt=0,
                                          description="time limit per plan node in seconds (default: none)")
 
 
@@ -54,13 +55,12 @@ def plan_schema(ctx: RunContext, max_subtasks: int = MAX_SUBTASKS, task_chars: i
     # ``deps`` is optional (omitted = no deps) so that a grammar lists it after id, task and tool
     schema = narrow(Plan.model_json_schema(), {"tool": ctx.tools.names, "model": ctx.pool.names},
                     optional=("model", "deps"))
-    size = max(1, min(max_subtasks, MAX_SUBTASKS))
-    schema["properties"]["subtasks"]["maxItems"] = size
+    schema["properties"]["subtasks"]["maxItems"] = max_subtasks  # 1 to MAX_SUBTASKS: option max_subtasks
     props = schema["$defs"]["Subtask"]["properties"]
     props["id"]["maxLength"] = 12
     props["task"]["maxLength"] = task_chars
     props["deps"]["items"]["maxLength"] = 12
-    props["deps"]["maxItems"] = max(1, size - 1)
+    props["deps"]["maxItems"] = max_subtasks - 1  # the other subtasks at most (none in a plan of one)
     return schema
 
 

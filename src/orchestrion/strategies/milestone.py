@@ -36,7 +36,7 @@ from ..runtime.context import RunContext
 from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow
 from ..runtime.synthesis import synthesize
-from ._planning import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan
+from ._planning import PlanOptions, ask_plan, fallback_plan
 from .base import Answer, Strategy, Task, register
 
 
@@ -101,12 +101,12 @@ class Milestone(Strategy):
     paper = "E3-Orch (e3-orch-abstract.txt)"
 
     class Options(PlanOptions):
-        max_milestones: int = Field(default=4, description="most milestones, each planned and run in turn")
+        max_milestones: int = Field(default=4, ge=1, description="most milestones, each planned and run in turn")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
         max_milestones = opts.max_milestones
-        max_subtasks = min(opts.max_subtasks, MAX_SUBTASKS)
+        max_subtasks = opts.max_subtasks
         system = msg("system", render("milestone_system", tools=_tool_lines(ctx), models=_model_lines(ctx),
                                       max_subtasks=max_subtasks))
         step_schema = narrow(MilestoneStep.model_json_schema(), {}, optional=())

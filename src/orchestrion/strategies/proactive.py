@@ -43,7 +43,7 @@ from .._errors import BudgetExceededError, OrchestrionError
 from .._prompts import render
 from ..models.types import msg
 from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
-from ..runtime.options import StrategyOptions
+from ..runtime.options import POOL_MODEL, StrategyOptions
 from ..runtime.protocol import Revision
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
 from ..runtime.synthesis import settle_answer, synthesize
@@ -63,17 +63,22 @@ _STATE_OF = {"finish": "done", "revise": "waiting", "stop": "stopped", "exhauste
 class ProactiveOptions(StrategyOptions):
     """The options of :class:`Proactive` (the paper's defaults where it has them)."""
 
-    max_steps: int = Field(default=300, description="sub-agent steps in all, over the whole episode (paper: 300)")
-    max_subagents: int = Field(default=10, description="most sub-agents started (paper: 10)")
-    subagent_steps: int = Field(default=30, description="most steps one sub-agent's harness may hold (paper: 30)")
-    max_active: int = Field(default=1, description="sub-agents running at once (paper: 1; at least 1)")
-    max_decisions: int = Field(default=30, description="most orchestrator decisions")
-    max_invalid: int = Field(default=2, description="invalid decisions in a row before the fallback (at least 1)")
-    stall_steps: int = Field(default=3,
+    max_steps: int = Field(default=300, ge=1,
+                           description="sub-agent steps in all, over the whole episode (paper: 300)")
+    max_subagents: int = Field(default=10, ge=1, description="most sub-agents started (paper: 10)")
+    subagent_steps: int = Field(default=30, ge=1,
+                                description="most steps one sub-agent's harness may hold (paper: 30)")
+    max_active: int = Field(default=1, ge=1, description="sub-agents running at once (paper: 1; at least 1)")
+    max_decisions: int = Field(default=30, ge=1, description="most orchestrator decisions")
+    max_invalid: int = Field(default=2, ge=1,
+                             description="invalid decisions in a row before the fallback (at least 1)")
+    stall_steps: int = Field(default=3, ge=0,
                              description="same action this many times in a row pauses a sub-agent as stuck (0 = off)")
-    max_fruitless: int = Field(default=3, description="sub-agent runs in a row without a result that stop the loop")
-    worker_model: str | None = Field(default=None, description="default sub-agent model (default: the pool's executor)")
-    decision_tokens: int = Field(default=320, description="output-token limit of each orchestrator decision")
+    max_fruitless: int = Field(default=3, ge=0, description="sub-agent runs in a row without a result that stop "
+                                                            "the loop (0 = off)")
+    worker_model: str | None = Field(default=None, json_schema_extra=POOL_MODEL,
+                                     description="default sub-agent model (default: the pool's executor)")
+    decision_tokens: int = Field(default=320, ge=1, description="output-token limit of each orchestrator decision")
 
 
 @dataclass
@@ -97,9 +102,9 @@ class _Episode:
         self.max_steps = opts.max_steps
         self.max_subagents = opts.max_subagents
         self.sub_steps = opts.subagent_steps
-        self.max_active = max(1, opts.max_active)
+        self.max_active = opts.max_active
         self.max_decisions = opts.max_decisions
-        self.max_invalid = max(1, opts.max_invalid)
+        self.max_invalid = opts.max_invalid
         self.stall = opts.stall_steps
         self.max_fruitless = opts.max_fruitless
         self.fruitless = 0

@@ -41,7 +41,7 @@ from .._prompts import render
 from ..models.spec import ModelSpec
 from ..models.types import GenerateConfig, msg
 from ..runtime.context import RunContext
-from ..runtime.options import StrategyOptions
+from ..runtime.options import POOL_MODEL, StrategyOptions
 from ..tools import nearest
 from .base import Answer, Strategy, Task, register
 
@@ -154,12 +154,14 @@ class Router(Strategy):
     paper = "ParaManager baselines (paramanager.txt)"
 
     class Options(StrategyOptions):
-        k: int = Field(default=5, description="nearest past prompts the model scores are averaged over")
+        k: int = Field(default=5, ge=1, description="nearest past prompts the model scores are averaged over")
         fallback: str | None = Field(
-            default=None, description="model used with no usable history (default: the pool's orchestrator)")
-        history_limit: int = Field(default=10000, description="most recent scored episodes read as history")
+            default=None, json_schema_extra=POOL_MODEL,
+            description="model used with no usable history (default: the pool's orchestrator)")
+        history_limit: int = Field(default=10000, ge=1, description="most recent scored episodes read as history")
         temperature: float | None = Field(
-            default=None, description="sampling temperature of the answer call (default: the agent temperature)")
+            default=None, ge=0,
+            description="sampling temperature of the answer call (default: the agent temperature)")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)

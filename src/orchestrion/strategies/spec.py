@@ -194,13 +194,14 @@ class Spec(Strategy):
     paper = "LEMON (porchestra-adaptorch-uno-lemon-abstracts.txt)"
 
     class Options(DecisionOptions):
-        max_roles: int = Field(default=3, description=f"most roles in the spec (1 to {MAX_ROLES})")
+        max_roles: int = Field(default=3, ge=1, le=MAX_ROLES,
+                               description=f"most roles in the spec (1 to {MAX_ROLES})")
         on_invalid: Literal["fail", "single_role"] = Field(
             default="fail", description="after an invalid spec: end as invalid_spec, or run one role on the whole task")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
-        max_roles = min(MAX_ROLES, max(1, opts.max_roles))
+        max_roles = opts.max_roles
         prims = available_primitives(ctx.tools)
         if not prims:
             return Answer("", status=EpisodeStatus.INVALID_SPEC,

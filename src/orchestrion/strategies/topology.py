@@ -46,7 +46,7 @@ from ..runtime.scheduler import NodeResult
 from ..runtime.synthesis import synthesize
 from ..status import NodeStatus
 from ..tools.envelope import ToolResult
-from ._planning import MAX_SUBTASKS, PlanOptions, ask_plan, fallback_plan
+from ._planning import PlanOptions, ask_plan, fallback_plan
 from .base import Answer, Strategy, Task, register
 
 Topology = Literal["parallel", "sequential", "hierarchical", "hybrid"]
@@ -204,12 +204,13 @@ class TopologyStrategy(Strategy):
         topology: Literal["auto", "parallel", "sequential", "hierarchical", "hybrid"] = Field(
             default="auto", description="auto = routed from the DAG; a name fixes it (the static baselines)")
         consistency_threshold: float = Field(
-            default=0.5, description="agreement of the parallel outputs at or above which one synthesis call answers")
-        max_reconcile: int = Field(default=2, description="most reconcile calls when the outputs disagree")
+            default=0.5, ge=0, le=1,
+            description="agreement of the parallel outputs at or above which one synthesis call answers (0 to 1)")
+        max_reconcile: int = Field(default=2, ge=0, description="most reconcile calls when the outputs disagree")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
-        max_subtasks = min(opts.max_subtasks, MAX_SUBTASKS)
+        max_subtasks = opts.max_subtasks
         forced = opts.topology  # a fixed topology: the static baselines AdaptOrch compares with
         prompt = render(
             "topology_decompose",
@@ -249,7 +250,7 @@ class TopologyStrategy(Strategy):
                           outputs: list[str]) -> tuple[str, dict[str, Any]]:
         """Adaptive synthesis: one call if the parallel outputs agree, else a capped reconcile loop."""
         threshold = opts.consistency_threshold
-        cap = max(0, opts.max_reconcile)
+        cap = opts.max_reconcile
         score = consistency(outputs)
         info: dict[str, Any] = {"consistency": score, "threshold": threshold, "parallel_outputs": len(outputs),
                                 "loop_iterations": 0, "supports": [], "converged": score >= threshold}

@@ -281,9 +281,11 @@ def decision_schema(pairs: list[Pair], max_subtasks: int) -> dict[str, Any]:
 class DecisionOptions(StrategyOptions):
     """Options of strategies built on one big orchestrator decision (uno, spec)."""
 
-    max_repairs: int = Field(default=2, description="re-prompts with the validation error after an invalid decision")
+    max_repairs: int = Field(default=2, ge=0,
+                             description="re-prompts with the validation error after an invalid decision")
     decision_tokens: int | None = Field(
-        default=None, description=f"output-token limit of the decision (default: {ORCHESTRATOR_CONFIG.max_tokens})")
+        default=None, ge=1,
+        description=f"output-token limit of the decision (default: {ORCHESTRATOR_CONFIG.max_tokens})")
 
 
 async def decide_with_options(ctx: RunContext, opts: DecisionOptions, schema: type[T], messages: list[Message],
@@ -320,16 +322,18 @@ class Uno(Strategy):
     paper = "Uno-Orchestra (porchestra-adaptorch-uno-lemon-abstracts.txt)"
 
     class Options(DecisionOptions):
-        cost_weight: float = Field(default=DEFAULT_COST_WEIGHT, description="λ: accuracy points given up per dollar")
+        cost_weight: float = Field(default=DEFAULT_COST_WEIGHT, ge=0,
+                                   description="λ: accuracy points given up per dollar")
         max_cost_usd: float | None = Field(
-            default=None, description="cost cap: only pairs whose estimated cost is known and fits it (default: none)")
-        max_subtasks: int = Field(default=MAX_SUBTASKS,
+            default=None, ge=0,
+            description="cost cap: only pairs whose estimated cost is known and fits it (default: none)")
+        max_subtasks: int = Field(default=MAX_SUBTASKS, ge=2, le=MAX_SUBTASKS,
                                   description=f"most subtasks of a decomposition (2 to {MAX_SUBTASKS})")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
         lam, cap = opts.cost_weight, opts.max_cost_usd
-        most = min(MAX_SUBTASKS, max(2, opts.max_subtasks))
+        most = opts.max_subtasks
         xctx = ctx.with_tools(ToolRegistry([*ctx.tools.tools(), DirectPrimitive()]))
         pairs, excluded = admissible_pairs(ctx.pool, xctx.tools, task.prompt, cap)
         if not pairs:
