@@ -36,6 +36,7 @@ import asyncio
 import json
 import math
 import re
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -436,5 +437,17 @@ async def main() -> None:
         store.close()
 
 
+def run_main() -> int:
+    """``main()`` with Ctrl-C as a clean stop, like ``orchestrion eval``'s: the run in progress is
+    marked interrupted (its finished episodes kept), one line says how to go on, exit 130."""
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        print("interrupted; finished episodes are kept.", file=sys.stderr)
+        print(f"resume with the same command: {shlex.join([Path(sys.executable).name, *sys.argv])}", file=sys.stderr)
+        return 130
+    return 0
+
+
 if __name__ == "__main__":
-    asyncio.run(main())
+    sys.exit(run_main())

@@ -1,5 +1,9 @@
 from __future__ import annotations
 
+import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -271,6 +275,57 @@ _RULES = " ".join(
     f"Rule {i}: split the task, delegate each subtask to one executor, cite results by id, never retype digits."
     for i in range(22)
 )
+
+
+async def test_aclose_waits_for_the_call_that_holds_the_model_before_freeing_it() -> None:
+    model = LlamaCppModel("m", prefix_cache=False)
+    events: list[str] = []
+
+    class Loaded:
+        def close(self) -> None:
+            events.append("freed")
+
+    model._llm = Loaded()
+    holding = threading.Event()
+
+    def a_call_still_decoding() -> None:
+        with model._lock:  # what _complete_sync holds while it uses the model
+            holding.set()
+            time.sleep(0.3)
+            events.append("call ended")
+
+    thread = threading.Thread(target=a_call_still_decoding)
+    thread.start()
+    holding.wait(5)
+    await model.aclose()
+    thread.join(5)
+    assert events == ["call ended", "freed"] and model._llm is None
+
+
+_CANCEL_THEN_CLOSE = """
+import asyncio
+from orchestrion.models.llama_cpp import LlamaCppModel
+from orchestrion.models.types import GenerateConfig, msg
+
+async def main() -> None:
+    model = LlamaCppModel("tiny", prefix_cache=False)
+    long = [msg("user", "Count from 1 to 500, one number per line. " * 30)]
+    await model.complete([msg("user", "hi")], GenerateConfig(max_tokens=1))  # loaded
+    for delay in (0.05, 0.2, 0.5):
+        call = asyncio.create_task(model.complete(long, GenerateConfig(max_tokens=300)))
+        await asyncio.sleep(delay)
+        call.cancel()  # as Ctrl-C cancels an eval's episodes, whose pool is closed at once
+        await model.aclose()
+    print("clean")
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.integration
+def test_closing_the_model_while_a_cancelled_call_decodes_does_not_crash() -> None:
+    res = subprocess.run([sys.executable, "-c", _CANCEL_THEN_CLOSE], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0 and res.stdout.strip() == "clean", (res.returncode, res.stderr[-2000:])
 
 
 def _decision(task: str) -> list[Message]:

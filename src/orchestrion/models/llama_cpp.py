@@ -320,9 +320,16 @@ class LlamaCppModel:
             raise
 
     async def aclose(self) -> None:
-        llm, self._llm = self._llm, None
-        if llm is not None:
-            await asyncio.to_thread(llm.close)
+        """Free the model once no call uses it. A call still running (one whose caller was
+        cancelled stops before its next token or prompt chunk) is waited for: freeing the model
+        under it, as a Ctrl-C of an eval did, crashed the process in llama.cpp's decode."""
+        await asyncio.to_thread(self._close_sync)
+
+    def _close_sync(self) -> None:
+        with self._lock:
+            llm, self._llm = self._llm, None
+            if llm is not None:
+                llm.close()
 
 
 def _greedy_under_grammar(llm: Any, grammar: Any) -> Iterator[int]:

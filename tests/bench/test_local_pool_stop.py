@@ -1,0 +1,35 @@
+"""bench/local_pool.py stopped by Ctrl-C: a clean stop like `orchestrion eval`'s (issue 36 row 21)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import pytest
+
+from tests.bench import load_bench
+
+local_pool = load_bench("local_pool")
+
+
+def test_ctrl_c_during_a_run_is_one_line_and_exit_130(monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    cleaned: list[str] = []
+
+    async def a_run_in_progress() -> None:
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # as a terminal's Ctrl-C: asyncio.run cancels the main task
+            await asyncio.sleep(30)
+        finally:
+            cleaned.append("finally ran")  # the run's own clean-up (store closed, run marked interrupted)
+
+    monkeypatch.setattr(local_pool, "main", a_run_in_progress)
+    monkeypatch.setattr("sys.argv", ["bench/local_pool.py", "--tasks", "object_counting", "--limit", "2"])
+    assert local_pool.run_main() == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and cleaned == ["finally ran"]
+    assert err.splitlines() == [
+        "interrupted; finished episodes are kept.",
+        "resume with the same command: python bench/local_pool.py --tasks object_counting --limit 2",
+    ]
