@@ -182,3 +182,18 @@ def test_cli_strategies_name_prints_its_options() -> None:
     assert listed.exit_code == 0 and "proactive" in listed.output and "max_rounds" not in listed.output
     bad = CliRunner().invoke(app, ["strategies", "parra"])
     assert bad.exit_code == 2 and len(bad.output.strip().splitlines()) == 1 and "unknown strategy 'parra'" in bad.output
+
+
+@pytest.mark.parametrize(("strategy", "key"), [
+    ("direct", "model"), ("cot", "model"), ("vote", "model"), ("react", "model"), ("router", "fallback"),
+    ("proactive", "worker_model"), ("para", "synthesizer"), ("direct", "synthesizer"),
+])
+async def test_an_option_naming_a_model_not_in_the_pool_is_refused_before_the_episode(
+        store: TraceStore, strategy: str, key: str) -> None:
+    model = ScriptedModel(["Answer: 1"], name="m")
+    with pytest.raises(ConfigError) as caught:
+        await solve("q", strategy=strategy, pool=Pool.from_models([model]), tools=ToolRegistry([]), store=store,
+                    options={key: "bogus1"})
+    assert str(caught.value) == (f"strategy '{strategy}': option '{key}' = 'bogus1' is not a model of the pool "
+                                 f"<in-memory>; its models: m")
+    assert not model.calls and episodes(store) == []
