@@ -63,9 +63,7 @@ class BudgetExceededError(OrchestrionError):
         self.limit = limit
         self.used = used
         self.allowed = allowed
-        super().__init__(
-            f"budget exceeded: {limit} used {used:g} of {allowed:g}; raise the limit with --budget {limit}=N"
-        )
+        super().__init__(f"budget exceeded: {limit} used {used:g} of {allowed:g}")
 
 
 class PlanError(OrchestrionError):

@@ -120,9 +120,9 @@ async def test_a_finished_run_extends_to_a_larger_sample(tmp_path: Path, store: 
     assert all(row in after for row in first) and sorted(r["task_id"] for r in after) == sorted(fresh_ids)
     from orchestrion import ConfigError
 
-    with pytest.raises(ConfigError, match="must be larger"):
+    with pytest.raises(ConfigError, match="a larger limit is needed"):
         await run_eval(EvalConfig(dataset="x", strategies=["direct"]), store, resume=small.run_id, extend_to=6)
-    with pytest.raises(ConfigError, match="use it with --resume"):
+    with pytest.raises(ConfigError, match="extend_to makes an earlier run larger: it needs resume"):
         await run_eval(EvalConfig(dataset=str(data), strategies=["direct"]), store, extend_to=6)
     other = tmp_path / "other.jsonl"  # a different file whose first examples are not the run's
     other.write_text("".join(json.dumps({**r, "id": "x" + r["id"]}) + "\n" for r in ROWS), encoding="utf-8")

@@ -148,7 +148,8 @@ def test_one_local_models_name_is_a_pool_of_that_model_alone(monkeypatch: pytest
 
 
 def test_default_pool_is_local_once_pulled_else_tiny_with_a_hint(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     import orchestrion.models.pool as pool_mod
     from orchestrion.models.presets import LOCAL_MODELS
@@ -157,7 +158,9 @@ def test_default_pool_is_local_once_pulled_else_tiny_with_a_hint(
     monkeypatch.setattr(pool_mod, "_hinted", False)
     _pretend_pulled(monkeypatch, tmp_path, ("smollm2-135m",))
     assert Pool.resolve().names == ["smollm2-135m"]
-    assert "orchestrion models pull" in capsys.readouterr().err
+    [hint] = [r for r in caplog.records if r.name == "orchestrion.models.pool"]  # logged once, not printed
+    assert hint.levelname == "WARNING" and "orchestrion models pull" in hint.getMessage()
+    assert capsys.readouterr().err == ""
     _pretend_pulled(monkeypatch, tmp_path, LOCAL_MODELS)
     assert Pool.resolve().names == list(LOCAL_MODELS)
     monkeypatch.setenv("ORCHESTRION_POOL", "tiny")

@@ -104,6 +104,9 @@ def register(app: typer.Typer) -> None:
         otlp_endpoint: OtlpOpt = None,
     ) -> None:
         """Evaluate strategies on a dataset: tasks x strategies x epochs, scored and traced, resumable."""
+        if retry_errors and resume is None:  # the library names its parameter; the flags are named here
+            raise ConfigError(
+                "--retry-errors re-runs the failed episodes of an earlier run: use it with --resume RUN_ID")
         store = TraceStore(db)
         if resume is not None:
             fixed = {"--dataset": dataset, "--strategies": strategies, "--epochs": epochs,

@@ -142,7 +142,7 @@ def load_tasks(config: EvalConfig) -> tuple[list[Task], Any, str | None]:
 
     dataset = load_dataset(config.dataset, limit=config.limit, seed=config.seed)
     if not dataset.tasks:
-        raise ConfigError(f"--dataset {config.dataset}: no tasks to run")
+        raise ConfigError(f"dataset {config.dataset}: no tasks to run")
     return unique_ids(list(dataset.tasks)), dataset.scorer, getattr(dataset, "kind", None)
 
 
@@ -161,7 +161,7 @@ def _extended(config: EvalConfig, limit: int, run_id: str) -> EvalConfig:
     """The run's config with a larger ``limit`` (checked against the tasks when the run starts)."""
     if config.limit is None or limit <= config.limit:
         has = "every example" if config.limit is None else f"{config.limit} examples"
-        raise ConfigError(f"run {run_id} already has {has}; --limit with --resume must be larger to extend it")
+        raise ConfigError(f"run {run_id} already has {has}; a larger limit is needed to extend it")
     return config.model_copy(update={"limit": limit})
 
 
@@ -170,7 +170,7 @@ def _store_extension(store: TraceStore, run_id: str, config: EvalConfig, ids: li
     old = config.task_ids
     if old and ids[:len(old)] != old:
         raise ConfigError(f"run {run_id}: its {len(old)} examples are not the first {len(old)} of the "
-                          f"{len(ids)} that --limit {config.limit} gives now (dataset {config.dataset} changed?); "
+                          f"{len(ids)} that limit {config.limit} gives now (dataset {config.dataset} changed?); "
                           f"start a new run instead")
     config = config.model_copy(update={"task_ids": ids})
     store.set_run_config(run_id, config.model_dump())
@@ -237,10 +237,10 @@ async def run_eval(
     be the first ones of the larger sample (same dataset and seed), and only the new ones run.
     """
     if retry_errors and resume is None:
-        raise ConfigError("--retry-errors re-runs the failed episodes of an earlier run: use it with --resume RUN_ID")
+        raise ConfigError("retry_errors re-runs the failed episodes of an earlier run: it needs resume (that run's id)")
     watcher = observer or Observer()
     if extend_to is not None and resume is None:
-        raise ConfigError("--limit with a run to extend: use it with --resume RUN_ID")
+        raise ConfigError("extend_to makes an earlier run larger: it needs resume (that run's id)")
     if resume is not None:
         run_id, config = resume_config(store, resume)
         if extend_to is not None:

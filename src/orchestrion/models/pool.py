@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 import os
-import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ _BACKENDS: dict[str, tuple[str, str, str | None]] = {
 }
 
 EMBEDDED_NAME = "smollm2-135m"
+log = logging.getLogger(__name__)
 
 
 class RoleTemperatures(BaseModel):
@@ -118,7 +119,7 @@ class Pool:
         model's name for that model alone), or (``None``) the default.
 
         The default is ``$ORCHESTRION_POOL`` when set, else ``local`` once its models are
-        pulled, else ``tiny`` (with a one-time hint on stderr saying how to get ``local``).
+        pulled, else ``tiny`` (with a one-time warning, logged, saying how to get ``local``).
         """
         if ref is None:
             ref = default_pool_ref()
@@ -138,7 +139,7 @@ class Pool:
     @classmethod
     def from_yaml(cls, path: str | Path) -> Pool:
         p = Path(path)
-        raw = load_yaml(p, missing="pool file not found; pass an existing file to --pool")
+        raw = load_yaml(p, missing="pool file not found; give a pool.yaml file or a preset (local, tiny)")
         if not isinstance(raw, dict):
             raise ConfigError(f"{p}: expected a mapping with a 'models:' list at the top")
         return cls._validated(raw, str(p))
@@ -171,7 +172,7 @@ class Pool:
         spec = self.spec(base)
         if spec.backend != "llama-cpp":
             raise ConfigError(
-                f"orchestrator '{base}' is an {spec.backend} model; --orchestrator-adapter loads into llama-cpp "
+                f"orchestrator '{base}' is an {spec.backend} model; a LoRA adapter loads into llama-cpp "
                 "models only: serve the adapter with vLLM's --lora-modules and name it in pool.yaml"
             )
         from .adapter import resolve_adapter
@@ -311,10 +312,8 @@ def default_pool_ref() -> str:
         return "local"
     if not _hinted:
         _hinted = True
-        sys.stderr.write(
-            f"note: using the tiny pool (SmolLM2-135M alone); for the local pool of three models run "
-            f"`orchestrion models pull` ({', '.join(gone)} missing)\n"
-        )
+        log.warning("note: using the tiny pool (SmolLM2-135M alone); for the local pool of three models run "
+                    "`orchestrion models pull` (%s missing)", ", ".join(gone))
     return "tiny"
 
 
