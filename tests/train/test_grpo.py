@@ -221,7 +221,7 @@ def test_trl_engine_resumes_after_an_interruption(tmp_path: Path, store: TraceSt
     assert first.steps[0].episodes == 4 and first.steps[0].groups_kept == 2 and first.steps[0].samples == 4
     assert "4 episodes tokenized here" in first.steps[0].note  # scripted models give no token ids
     assert store.query("SELECT status FROM runs WHERE id = ?", (first.run_id,)) == [{"status": "interrupted"}]
-    assert any("rerun with --out" in n for n in first.notes)
+    assert any(f"training again into {tmp_path / 'out'} continues" in n for n in first.notes)
     assert (tmp_path / "out" / "checkpoints" / "checkpoint-1" / "optimizer.pt").is_file()
 
     settings.max_steps_now = None

@@ -86,29 +86,36 @@ async def atrain_grpo(
         raise ConfigError(f"GRPOSettings.group={s.group}: GRPO compares episodes within a group; use 2 or more")
     data = _load_dataset(dataset, s.limit, s.seed)
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
-    the_pool = load_pool(pool)
+    try:
+        the_pool = load_pool(pool)
+        try:
+            return await _train(s, data, the_pool, the_store, tools, progress, bar)
+        finally:
+            if not isinstance(pool, Pool):  # opened here by name: its HTTP sessions and models closed here
+                await the_pool.aclose()
+    finally:
+        if not isinstance(store, TraceStore):  # everything is committed by then
+            await asyncio.to_thread(the_store.close)
+
+
+async def _train(s: GRPOSettings, data: _Data, the_pool: Pool, the_store: TraceStore, tools: ToolRegistry | None,
+                 progress: Log | None, bar: StepDisplay | None) -> GRPOResult:
+    """The run itself, on a pool and a store its caller opened (and closes)."""
     from .rewards import load_reward_config
 
     reward_cfg = load_reward_config(s.rewards) if s.rewards is not None else None
     record: dict[str, Any] = {"dataset": data.name, "tasks": len(data.tasks), **s.record(), "pool": the_pool.source}
-    saved = read_state(Path(s.out), record, file="run.json")
-    run_id = str(saved["run_id"]) if saved else new_id()
-    if saved is None:
-        the_store.create_run(run_id, "grpo", record)
-        Path(s.out).mkdir(parents=True, exist_ok=True)
-        (Path(s.out) / "run.json").write_text(json.dumps({"run_id": run_id, "settings": record}, indent=2),
-                                              encoding="utf-8")
-    else:
-        the_store.set_run_status(run_id, RunStatus.RUNNING)
-    with StepBar(s.steps, 0, progress, display=bar, label="grpo") as steps_bar:
-        steps_bar.log(f"loading the policy ({'adapter ' + str(s.adapter) if s.adapter else 'fresh LoRA'}) ...")
-        policy = Policy.load(s.adapter, lora_r=s.lora_r, lora_alpha=s.lora_alpha, gguf_path=s.gguf_path, seed=s.seed)
-        run = GRPORun(s, data.tasks, the_pool, the_store, scoring_reward(data.scorer, the_store, reward_cfg),
-                      reward_cfg, policy, run_id, record, steps_bar, tools)
-        steps_bar.log(f"run {run_id}: {len(data.tasks)} tasks x group {s.group}, {s.steps} steps, "
-                      f"engine {s.engine}, strategy {s.strategy_name}")
-        status = RunStatus.INTERRUPTED
-        try:
+    run_id = _start_run(s, the_store, record)
+    status = RunStatus.INTERRUPTED
+    try:  # from here on the run ends marked, whatever fails (loading the policy included)
+        with StepBar(s.steps, 0, progress, display=bar, label="grpo") as steps_bar:
+            steps_bar.log(f"loading the policy ({'adapter ' + str(s.adapter) if s.adapter else 'fresh LoRA'}) ...")
+            policy = Policy.load(s.adapter, lora_r=s.lora_r, lora_alpha=s.lora_alpha, gguf_path=s.gguf_path,
+                                 seed=s.seed)
+            run = GRPORun(s, data.tasks, the_pool, the_store, scoring_reward(data.scorer, the_store, reward_cfg),
+                          reward_cfg, policy, run_id, record, steps_bar, tools)
+            steps_bar.log(f"run {run_id}: {len(data.tasks)} tasks x group {s.group}, {s.steps} steps, "
+                          f"engine {s.engine}, strategy {s.strategy_name}")
             if s.engine == "trl":
                 from ._grpo_trl import train as train_engine
             else:
@@ -116,15 +123,31 @@ async def atrain_grpo(
             await train_engine(run)
             status = RunStatus.FINISHED if (run.history and run.history[-1].step >= s.steps) else RunStatus.INTERRUPTED
             if status == RunStatus.INTERRUPTED:
-                run.note(f"stopped after step {run.last_step} of {s.steps}: rerun with --out {s.out} to continue")
+                run.note(f"stopped after step {run.last_step} of {s.steps}; "
+                         f"training again into {s.out} continues from there")
             adapter_dir, gguf, why = policy.save(run.out)
             if why:
                 run.note(why)
             write_log(run)
-        finally:
-            the_store.set_run_status(run_id, status)
-            await the_store.aflush()
+    finally:
+        the_store.set_run_status(run_id, status)
+        await the_store.aflush()
     return GRPOResult(adapter_dir, gguf, run_id, run.history, run.notes)
+
+
+def _start_run(s: GRPOSettings, store: TraceStore, record: dict[str, Any]) -> str:
+    """The run's id: the one saved in ``out`` (marked running again), else a new run, recorded."""
+    saved = read_state(Path(s.out), record, file="run.json")
+    if saved is not None:
+        run_id = str(saved["run_id"])
+        store.set_run_status(run_id, RunStatus.RUNNING)
+        return run_id
+    run_id = new_id()
+    store.create_run(run_id, "grpo", record)
+    Path(s.out).mkdir(parents=True, exist_ok=True)
+    (Path(s.out) / "run.json").write_text(json.dumps({"run_id": run_id, "settings": record}, indent=2),
+                                          encoding="utf-8")
+    return run_id
 
 
 def train_grpo(dataset: str | _DatasetLike, settings: GRPOSettings | None = None, **kwargs: Any) -> GRPOResult:
