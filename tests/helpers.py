@@ -8,6 +8,7 @@ import socket
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from orchestrion import GenerateConfig, Message, Tool
@@ -97,3 +98,23 @@ def echo_results(prompt: str) -> str:
     if "\nResults:\n" not in prompt:
         return prompt
     return prompt.split("\nResults:\n", 1)[1].split("\n\nNow write", 1)[0]
+
+
+# `make test-fast` installs neither the train extra nor BIG-bench's task files: the tests that need
+# them skip, saying what is missing (`make test` installs both, so there they run)
+def _installed(*modules: str) -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in modules)
+
+
+def _bigbench_fetched() -> bool:
+    from orchestrion.eval.datasets._fetch import tasks_dir
+
+    return tasks_dir() is not None
+
+
+needs_train = pytest.mark.skipif(not _installed("torch", "transformers"),
+                                 reason="the train extra (torch, transformers) is not installed")
+needs_bigbench = pytest.mark.skipif(
+    not _bigbench_fetched(), reason="BIG-bench's task files are not fetched: `orchestrion datasets fetch bigbench`")

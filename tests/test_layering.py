@@ -209,13 +209,26 @@ def test_import_orchestrion_loads_neither_eval_nor_train() -> None:
     assert out.stdout.strip() == "[]", out.stdout
 
 
+def _resolves(name: str) -> bool:
+    """Whether ``orchestrion.NAME`` is there; a name whose module needs the train extra counts
+    as there when that extra is not installed (`make test-fast` runs without torch)."""
+    try:
+        getattr(orchestrion, name)
+    except AttributeError:
+        return False
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in ("torch", "transformers", "trl", "peft", "accelerate", "gguf"):
+            raise
+    return True
+
+
 def test_the_lazy_public_names_resolve() -> None:
     from orchestrion import EvalConfig, RewardConfig, run_eval
 
     assert run_eval.__module__ == "orchestrion.eval.runner"
     assert EvalConfig.__module__ == "orchestrion.eval.runner"
     assert RewardConfig.__module__ == "orchestrion.train.rewards"
-    missing = [name for name in orchestrion.__all__ if not hasattr(orchestrion, name)]
+    missing = [name for name in orchestrion.__all__ if not _resolves(name)]
     assert not missing, missing
     assert set(orchestrion.__all__) <= set(dir(orchestrion))
     with pytest.raises(AttributeError):

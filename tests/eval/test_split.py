@@ -10,6 +10,7 @@ import pytest
 from orchestrion import ConfigError, Pool, ScriptedModel, TraceStore
 from orchestrion.eval.datasets import TRAIN_SHARE, load_dataset, split_of
 from orchestrion.eval.runner import EvalConfig, run_eval
+from tests.helpers import needs_bigbench
 
 BIGBENCH = "bigbench:arithmetic/3_digit_multiplication"
 
@@ -18,6 +19,7 @@ def _ids(spec: str, **kw: object) -> set[str]:
     return {str(t.id) for t in load_dataset(spec, **kw).tasks}  # type: ignore[arg-type]
 
 
+@needs_bigbench
 def test_train_and_test_never_overlap_and_cover_the_dataset() -> None:
     every, train, test = _ids(BIGBENCH), _ids(BIGBENCH + "@train"), _ids(BIGBENCH + "@test")
     assert train and test and not train & test and train | test == every

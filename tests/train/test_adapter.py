@@ -7,17 +7,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import gguf
 import numpy as np
 import pytest
-from safetensors.numpy import save_file
 
-from orchestrion import Pool
-from orchestrion._errors import ConfigError
-from orchestrion.models import adapter as adapter_mod
-from orchestrion.models.pool import EMBEDDED_NAME, ModelSpec
-from orchestrion.models.scripted import ScriptedModel
-from orchestrion.train.adapter import (
+pytest.importorskip("gguf", reason="the train extra is not installed")
+pytest.importorskip("safetensors", reason="the train extra is not installed")
+import gguf  # noqa: E402
+from safetensors.numpy import save_file  # noqa: E402
+
+from orchestrion import Pool  # noqa: E402
+from orchestrion._errors import ConfigError  # noqa: E402
+from orchestrion.models import adapter as adapter_mod  # noqa: E402
+from orchestrion.models.pool import EMBEDDED_NAME, ModelSpec  # noqa: E402
+from orchestrion.models.scripted import ScriptedModel  # noqa: E402
+from orchestrion.train.adapter import (  # noqa: E402
     ADAPTER_GGUF,
     peft_to_gguf,
     permute_rows,

@@ -32,7 +32,7 @@ from orchestrion.train.counterfactual import (
     token_char_spans,
 )
 from orchestrion.train.rollouts import decision_rows
-from tests.helpers import echo_results
+from tests.helpers import echo_results, needs_train
 from tests.train.test_rollouts import TokenModel, char_decode
 
 TASK = Task(prompt="What is 6*7?", id="cf")
@@ -193,6 +193,7 @@ async def test_non_spec_or_missing_episode_is_a_clear_error(store: TraceStore) -
         await counterfactuals("nope", store=store, pool=pool, reward_fn=only_42)
 
 
+@needs_train
 def test_token_spans_on_the_real_tokenizer_token_by_token() -> None:
     from orchestrion.train.hf import load_tokenizer
 

@@ -27,11 +27,13 @@ from orchestrion.train.records import (
     filter_records,
     load_records,
 )
+from tests.helpers import needs_train
 from tests.train.test_records import RUN, build_run
 
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
+    pytest.importorskip("transformers", reason="the train extra is not installed")
     return load_tokenizer()
 
 
@@ -178,6 +180,7 @@ def test_tool_schemas_are_openai_functions() -> None:
     assert "title" not in calc["function"]["parameters"]
 
 
+@needs_train  # the trl format tokenizes
 async def test_cli_export_prints_counts_and_writes(store: TraceStore, tmp_path: Path) -> None:
     await build_run(store)
     runner = CliRunner()
@@ -205,6 +208,7 @@ async def test_cli_export_prints_counts_and_writes(store: TraceStore, tmp_path: 
     assert added >= 1 and f"({4 + added} rows" in res.output
 
 
+@needs_train
 async def test_cli_errors_are_one_line(store: TraceStore, tmp_path: Path) -> None:
     await build_run(store)
     runner = CliRunner()

@@ -7,20 +7,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-import torch
-from pydantic import BaseModel
-from typer.testing import CliRunner
 
-from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, TraceStore
-from orchestrion.eval.scorers import Score
-from orchestrion.models.types import msg
-from orchestrion.runtime.context import RunContext
-from orchestrion.strategies import base as strategy_base
-from orchestrion.strategies.base import Answer, Strategy, Task
-from orchestrion.train._policy import Policy
-from orchestrion.train._types import TrainSample
-from orchestrion.train.grpo import grpo_update, set_old_logprobs, train_grpo
-from orchestrion.train.settings import GRPOSettings
+pytest.importorskip("torch", reason="the train extra is not installed")
+import torch  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, TraceStore  # noqa: E402
+from orchestrion.eval.scorers import Score  # noqa: E402
+from orchestrion.models.types import msg  # noqa: E402
+from orchestrion.runtime.context import RunContext  # noqa: E402
+from orchestrion.strategies import base as strategy_base  # noqa: E402
+from orchestrion.strategies.base import Answer, Strategy, Task  # noqa: E402
+from orchestrion.train._policy import Policy  # noqa: E402
+from orchestrion.train._types import TrainSample  # noqa: E402
+from orchestrion.train.grpo import grpo_update, set_old_logprobs, train_grpo  # noqa: E402
+from orchestrion.train.settings import GRPOSettings  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 

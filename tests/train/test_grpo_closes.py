@@ -8,10 +8,11 @@ from typing import Any
 
 import pytest
 
-from orchestrion import Pool, ScriptedModel, TraceStore
-from orchestrion.train import grpo
-from orchestrion.train.settings import GRPOSettings
-from tests.train.test_grpo import Tasks
+pytest.importorskip("torch", reason="the train extra is not installed")  # train.grpo imports it
+from orchestrion import Pool, ScriptedModel, TraceStore  # noqa: E402
+from orchestrion.train import grpo  # noqa: E402
+from orchestrion.train.settings import GRPOSettings  # noqa: E402
+from tests.train.test_grpo import Tasks  # noqa: E402
 
 
 class Opened:

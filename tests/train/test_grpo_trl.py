@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrion.train._grpo_trl import pack, reward_functions
-from orchestrion.train.rewards import COMPONENTS, RewardConfig, combine
-from orchestrion.train.rollouts import DecisionAttempt
+pytest.importorskip("torch", reason="the train extra is not installed")  # the trl engine imports it
+from orchestrion.train._grpo_trl import pack, reward_functions  # noqa: E402
+from orchestrion.train.rewards import COMPONENTS, RewardConfig, combine  # noqa: E402
+from orchestrion.train.rollouts import DecisionAttempt  # noqa: E402
 
 EOS = 2
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
 
-from orchestrion.train._losses import (
+pytest.importorskip("torch", reason="the train extra is not installed")
+import torch  # noqa: E402
+
+from orchestrion.train._losses import (  # noqa: E402
     completion_mask,
     grpo_loss,
     pad_batch,

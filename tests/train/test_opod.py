@@ -8,11 +8,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
-import torch
-from pydantic import BaseModel
-from typer.testing import CliRunner
 
-from orchestrion import (
+pytest.importorskip("torch", reason="the train extra is not installed")
+import torch  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
+from typer.testing import CliRunner  # noqa: E402
+
+from orchestrion import (  # noqa: E402
     GenerateConfig,
     Message,
     Pool,
@@ -21,20 +23,20 @@ from orchestrion import (
     TraceStore,
     solve,
 )
-from orchestrion.models.types import msg
-from orchestrion.runtime.context import RunContext
-from orchestrion.strategies.base import Answer, Strategy, Task
-from orchestrion.train._policy import Policy
-from orchestrion.train.hindsight import hindsight
-from orchestrion.train.opod import (
+from orchestrion.models.types import msg  # noqa: E402
+from orchestrion.runtime.context import RunContext  # noqa: E402
+from orchestrion.strategies.base import Answer, Strategy, Task  # noqa: E402
+from orchestrion.train._policy import Policy  # noqa: E402
+from orchestrion.train.hindsight import hindsight  # noqa: E402
+from orchestrion.train.opod import (  # noqa: E402
     build_items,
     followup,
     hinted,
     judge_records,
     opod_loss,
 )
-from orchestrion.train.records import load_records
-from tests.helpers import LookupTool
+from orchestrion.train.records import load_records  # noqa: E402
+from tests.helpers import LookupTool  # noqa: E402
 
 HINT = "Ask the lookup tool for the city, not the country."
 
