@@ -111,11 +111,6 @@ def _program_problem(result: ToolResult) -> str | None:
     return None
 
 
-def _printed_answer(output: str) -> str:
-    lines = [ln.strip() for ln in output.strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else ""
-
-
 def _worked(examples: list[tuple[str, str]]) -> str:
     """The program library's examples as the coder prompt's ``{examples}`` block ("" for none)."""
     if not examples:
@@ -155,8 +150,9 @@ class CoderAgent(Tool):
             result = await ctx.call_tool("python", {"code": code, "timeout_s": 10})
             result.data.update(code=code, attempts=attempt + 1, worked_examples=examples.count("\nTask: "))
             problem = _program_problem(result)
-            if problem is None and whole and (misfit := ctx.answer_misfit(_printed_answer(result.output))):
-                problem = f"it printed {_printed_answer(result.output)[:200]!r}, which is not an answer: {misfit}"
+            printed = last_line(result.output) or ""
+            if problem is None and whole and (misfit := ctx.answer_misfit(printed)):
+                problem = f"it printed {printed[:200]!r}, which is not an answer: {misfit}"
             if problem is None:
                 break
             result = ToolResult(status=result.status if not result.ok else ToolStatus.EXEC_ERROR,
