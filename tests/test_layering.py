@@ -1,7 +1,7 @@
 """Dependencies point one way: every ``orchestrion`` import, read with ``ast`` (top-level, under
 ``TYPE_CHECKING`` and inside functions alike), respects the package layers.
 
-    _errors, _lazy, _paths, _prompts, _text, status  (leaves: import nothing of orchestrion but each other)
+    _errors, _lazy, _paths, _prompts, _text, _version, status  (leaves: import nothing of orchestrion but each other)
     models → tools, trace → runtime → strategies → eval, train, serve
     api, cli, __init__, __main__  (top: may import anything)
 
@@ -31,7 +31,7 @@ ROOT = Path(orchestrion.__file__).parent
 SRC = ROOT.parent
 PACKAGES = ("models", "tools", "trace", "runtime", "strategies", "eval", "train", "serve")
 TERMINAL = ("typer", "rich")  # third-party libraries only the CLI imports
-LEAVES = ("_errors", "_lazy", "_paths", "_prompts", "_text", "status")
+LEAVES = ("_errors", "_lazy", "_paths", "_prompts", "_text", "_version", "status")
 LOWER = ("models", "tools", "runtime", "trace")
 UPPER = ("strategies", "eval", "train", "serve")
 # a package may import packages of a lower or equal rank (equal ranks are checked for cycles)
@@ -365,3 +365,19 @@ def test_the_sql_rule_sees_sql() -> None:
     assert SQL.search("SELECT id FROM episodes WHERE run_id = ?")
     assert SQL.search("UPDATE episodes SET meta = ?") and SQL.search("INSERT INTO runs (id) VALUES (?)")
     assert not SQL.search("Select the best arm; update the harness; delete nothing")
+
+
+def test_the_version_has_one_source() -> None:
+    """Issue 36: pyproject.toml holds the version; the package reads it from the installed
+    metadata in ``_version`` alone, and nothing else spells a version number or reads it."""
+    import tomllib
+
+    from orchestrion import __version__
+
+    declared = tomllib.loads((SRC.parent / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    assert __version__ == declared
+    readers = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+               if p.name != "_version.py" and ("metadata.version(" in (text := p.read_text(encoding="utf-8"))
+                                               or 'version("orchestrion")' in text
+                                               or f'"{declared}"' in text)]
+    assert readers == []

@@ -25,6 +25,7 @@ from ._errors import (
     TraceError,
 )
 from ._lazy import lazy_names
+from ._version import __version__
 from .api import EpisodeResult, solve, solve_sync
 from .models import (
     Completion,
@@ -75,7 +76,6 @@ __getattr__, __dir__ = lazy_names(__name__, globals(), {
     "train_sft": ".train.sft",
 })
 
-__version__ = "0.1.0"
 
 # the user API: solve a task, build a pool, write a strategy or a tool, evaluate, train.
 # The runtime's pieces (plans, the scheduler, sub-agents, action schemas, tracer) live in their packages.

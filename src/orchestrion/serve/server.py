@@ -36,7 +36,6 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from .._errors import ConfigError
+from .._version import __version__
 from ..models.pool import Pool, load_pool
 from ..strategies.registry import strategies
 from ..tools.defaults import default_tools
@@ -70,14 +70,6 @@ PROGRESS_HEADER = "X-Orchestrion-Progress"  # "true": a chat stream carries prog
 STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 DOCS_ASSETS = "/docs/assets"  # Swagger UI's script and stylesheet, vendored in static/vendor/ (no CDN)
 log = logging.getLogger(__name__)
-
-
-def version() -> str:
-    """The installed Orchestrion's version (the package root is not imported from here)."""
-    try:
-        return metadata.version("orchestrion")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: TraceStore | None = None,
@@ -105,7 +97,7 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
         if store is None:
             await asyncio.to_thread(svc.store.close)
 
-    app = FastAPI(title="orchestrion serve", version=version(), lifespan=lifespan, redoc_url=None, docs_url=None,
+    app = FastAPI(title="orchestrion serve", version=__version__, lifespan=lifespan, redoc_url=None, docs_url=None,
                   description="Every Orchestrion strategy as a model (orchestrion/<strategy>) behind an "
                               "OpenAI-compatible API. Each request runs one traced episode.")
     app.state.service = svc
@@ -124,7 +116,7 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
 
     @app.get("/version", summary="The Orchestrion version (no key needed)")
     async def get_version() -> JSONResponse:
-        return JSONResponse({"version": version()})
+        return JSONResponse({"version": __version__})
 
     @app.get("/docs", include_in_schema=False)
     async def docs(request: Request) -> HTMLResponse:  # Swagger UI from the package's own copy: works offline

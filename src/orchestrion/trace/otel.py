@@ -25,11 +25,11 @@ import re
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 from urllib.parse import urlsplit
 
 from .._errors import ConfigError
+from .._version import __version__
 from ..status import EpisodeStatus
 from ._otel_attrs import capture_content, decoded_attrs, session_id, span_attributes, span_name
 from .store import TraceStore
@@ -105,17 +105,10 @@ def _status(status: str, attrs: dict[str, Any]) -> Status:
     return Status(StatusCode.ERROR, f"{status}: {detail}" if detail else status)
 
 
-def _version() -> str:
-    try:
-        return version("orchestrion")
-    except PackageNotFoundError:  # a source tree that is not installed
-        return "0+unknown"
-
-
 def resource() -> Resource:
     """``service.name`` (``OTEL_SERVICE_NAME`` or ``orchestrion``) plus ``OTEL_RESOURCE_ATTRIBUTES``."""
     return Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or "orchestrion",
-                            "service.version": _version()})
+                            "service.version": __version__})
 
 
 def episode_spans(store: TraceStore, episode_id: str, *, providers: dict[str, str] | None = None,
@@ -133,7 +126,7 @@ def episode_spans(store: TraceStore, episode_id: str, *, providers: dict[str, st
             events.setdefault(ev.span_id, []).append(
                 Event(str(ev.kind), {"orchestrion.data": str(ev.data or "")}, _ns(float(ev.ts))))
     trace_id = trace_id_of(episode.id)
-    scope = InstrumentationScope("orchestrion", _version())
+    scope = InstrumentationScope("orchestrion", __version__)
     the_resource = res or resource()
     content = capture_content()
     fallback_end = float(episode.ended or 0.0)
