@@ -334,3 +334,17 @@ async def test_embedded_para_ids_round_trip_and_cli(store: TraceStore, tokenizer
         rec = by_id[row["meta"]["decision_id"]]
         assert row["meta"]["exact_ids"] is True
         assert row["input_ids"] == rec.prompt_token_ids + rec.token_ids + [tokenizer.eos_token_id]
+
+
+async def test_export_files_are_owner_only_and_whole(store: TraceStore, tmp_path: Path) -> None:
+    """Issue 36 row 12: the export holds every prompt, so its folder is 0700 and its files 0600,
+    and nothing is left half-written beside them."""
+    pytest.importorskip("pyarrow")
+    await build_run(store)
+    kept = filter_records(load_records(store, run_id=RUN), RecordFilter())
+    out = tmp_path / "new" / "verl"
+    export_verl(kept, out)
+    assert out.stat().st_mode & 0o777 == 0o700
+    assert {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()} == {
+        "train.parquet": 0o600, "dataset_info.json": 0o600}
+    assert [p.name for p in out.parent.iterdir()] == ["verl"]  # no staging folder left

@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from .._errors import ConfigError, OrchestrionError
+from ..trace import check_output_file, check_output_folder, db_path_problem
 
 # Piped output is not cut at 80 columns: tables and ids stay whole for scripts and logs.
 out = Console(width=None if sys.stdout.isatty() else 160)
@@ -49,12 +50,67 @@ def checked_pool(value: Path | None) -> Path | None:
     return value
 
 
+def checked_db(value: Path | None) -> Path | None:
+    """The ``--db`` callback: a device (``/dev/null``), a FIFO or a directory given as the trace
+    database (or as ``$ORCHESTRION_DB``) is a one-line error before SQLite opens it."""
+    raw = str(value) if value is not None else os.environ.get("ORCHESTRION_DB")
+    if not raw:
+        return value
+    problem = db_path_problem(Path(raw))
+    if problem is not None:
+        where = f"--db {raw}" if value is not None else f"ORCHESTRION_DB={raw}"
+        fail(f"{where}: {problem}; give a trace database file or a new path")
+    return value
+
+
+def out_file(flag: str) -> Callable[[Path | None], Path | None]:
+    """A callback for an option naming a file to write: a device, a FIFO, a directory or a path in
+    a missing folder is a one-line error before any work starts."""
+    return _checked_path(check_output_file, flag)
+
+
+def out_folder(flag: str) -> Callable[[Path | None], Path | None]:
+    """A callback for an option naming a folder to write into: an existing file, device or FIFO
+    is a one-line error before any work starts (a new or existing folder is fine)."""
+    return _checked_path(check_output_folder, flag)
+
+
+def _checked_path(check: Callable[[Path, str], None], flag: str) -> Callable[[Path | None], Path | None]:
+    def callback(value: Path | None) -> Path | None:
+        if value is not None:
+            try:
+                check(value, flag)
+            except OrchestrionError as exc:
+                fail(str(exc))
+        return value
+
+    return callback
+
+
+def utf8_text(name: str) -> Callable[[Any], Any]:
+    """A callback for an id or name argument: bytes the terminal could not decode reach Python as
+    lone surrogates, which no id has and nothing can store or print; one line, exit 2."""
+
+    def check(value: Any) -> Any:
+        for item in value if isinstance(value, list | tuple) else [value]:
+            if isinstance(item, str):
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    shown = item.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                    fail(f"{name} {shown}: character {exc.start + 1} "
+                         "is not valid UTF-8 text (an undecodable byte); give it as UTF-8")
+        return value
+
+    return check
+
+
 PoolOpt = Annotated[Path | None, typer.Option(
     "--pool", callback=checked_pool,
     help="pool.yaml, or a preset: local (three pulled models), tiny (SmolLM2 alone) or one pulled model's "
          "name (that model alone); "
          "default: $ORCHESTRION_POOL, else local once pulled, else tiny")]
-DbOpt = Annotated[Path | None, typer.Option("--db",
+DbOpt = Annotated[Path | None, typer.Option("--db", callback=checked_db,
                                             help="trace database; default $ORCHESTRION_DB or ~/.orchestrion/traces.db")]
 
 

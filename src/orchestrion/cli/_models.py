@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .._errors import ModelNotFoundError, ModelUnavailableError
-from ._common import err, friendly_with, out
+from ._common import err, friendly_with, out, out_file
 
 NamesArg = Annotated[list[str] | None, typer.Argument(help="catalog model names; none = every model",
                                                       show_default=False)]
@@ -161,7 +161,7 @@ def register(app: typer.Typer) -> None:
         host: Annotated[str, typer.Option("--host", help="bind address; loopback by default")] = "127.0.0.1",
         port_base: Annotated[int, typer.Option("--port-base", min=1, max=65535,
                                                help="first port; one per model")] = 8081,
-        out_path: Annotated[Path, typer.Option("--out",
+        out_path: Annotated[Path, typer.Option("--out", callback=out_file("--out"),
                                                help="pool.yaml to write for these servers")] = Path("pool.yaml"),
         threads: Annotated[int | None, typer.Option("--threads", min=1, help="threads per server")] = None,
     ) -> None:

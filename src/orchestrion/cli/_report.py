@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from ._common import DbOpt, friendly, note_opened, out
+from ._common import DbOpt, friendly, note_opened, out, out_folder, utf8_text
 
 
 def register(app: typer.Typer) -> None:
@@ -16,9 +16,10 @@ def register(app: typer.Typer) -> None:
     @app.command("report")
     @friendly
     def report(
-        run_id: Annotated[str, typer.Argument(help="eval run id (or a unique prefix of one)")],
+        run_id: Annotated[str, typer.Argument(help="eval run id (or a unique prefix of one)",
+                                              callback=utf8_text("RUN_ID"))],
         out_dir: Annotated[Path | None, typer.Option(
-            "--out", help="folder to write into; default report-<run id prefix>")] = None,
+            "--out", callback=out_folder("--out"), help="folder to write into; default report-<run id prefix>")] = None,
         db: DbOpt = None,
     ) -> None:
         """Write report.md (config, per-strategy table, Pareto-optimal strategies) and PNG plots for an eval run."""

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from .._errors import ConfigError
-from ._common import DbOpt, err, friendly, out
+from ._common import DbOpt, err, friendly, out, out_folder, utf8_text
 
 if TYPE_CHECKING:
     from ..trace.store import TraceStore
@@ -22,8 +22,10 @@ def register(app: typer.Typer) -> None:
 
 @friendly
 def export(
-    run: Annotated[str, typer.Option("--run", help="run id (an eval run); its episodes' decisions are exported")],
-    out_dir: Annotated[Path, typer.Option("--out", help="output folder")],
+    run: Annotated[str, typer.Option("--run", callback=utf8_text("--run"),
+                                     help="run id (an eval run); its episodes' decisions are exported")],
+    out_dir: Annotated[Path, typer.Option("--out", callback=out_folder("--out"),
+                                          help="output folder (made owner-only; files in it are replaced whole)")],
     fmt: Annotated[str, typer.Option("--format", help="trl (JSONL prompt-completion) or verl (parquet)")] = "trl",
     db: DbOpt = None,
     all_records: Annotated[bool, typer.Option(
@@ -39,7 +41,8 @@ def export(
         "--grounded-only", help="only episodes whose answer is grounded on a tool or agent result of their own "
                                 "trajectory (evidence_correct, from an eval run's scoring)")] = False,
     labels: Annotated[list[str] | None, typer.Option(
-        "--label", help="only episodes annotated with this label (in the viewer); repeat for any of several")] = None,
+        "--label", callback=utf8_text("--label"),
+        help="only episodes annotated with this label (in the viewer); repeat for any of several")] = None,
     rewards: Annotated[Path | None, typer.Option(
         "--rewards", help="rewards.yaml for meta.reward (default weights otherwise)")] = None,
     gguf: Annotated[Path | None, typer.Option(

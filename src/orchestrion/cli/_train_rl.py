@@ -11,7 +11,7 @@ import typer
 
 from ..train.hf import require_training_extra
 from ..train.settings import GRPOSettings, OPODSettings
-from ._common import DbOpt, PoolOpt, err, friendly, out, parse_settings
+from ._common import DbOpt, PoolOpt, err, friendly, out, out_folder, parse_settings, utf8_text
 from ._flags import settings_flags
 from ._render import RichStepBar
 
@@ -47,6 +47,7 @@ def register(app: typer.Typer) -> None:
         Rerun with the same --out to continue an interrupted run from its last saved step. On GPUs:
         `accelerate launch -m orchestrion train grpo ...` (engine trl).
         """
+        out_folder("--out")(values.get("out"))  # a file or a device there: one line before torch loads
         require_training_extra()
         from ..trace.store import TraceStore
         from ..train.grpo import train_grpo
@@ -64,12 +65,14 @@ def register(app: typer.Typer) -> None:
     @friendly
     @settings_flags(OPODSettings, OPOD_FLAGS, flags=RENAMED)
     def opod(
-        run: Annotated[str, typer.Option("--run", help="run id whose decisions are judged and trained on")],
+        run: Annotated[str, typer.Option("--run", callback=utf8_text("--run"),
+                                         help="run id whose decisions are judged and trained on")],
         pool: PoolOpt = None,
         db: DbOpt = None,
         **values: Any,
     ) -> None:
         """OPOD: hindsight hints from a judge, distilled on-policy (reverse KL) plus reward-weighted regression."""
+        out_folder("--out")(values.get("out"))
         require_training_extra()
         from ..trace.store import TraceStore
         from ..train.opod import train_opod

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from ..train.settings import SFTSettings
-from ._common import err, friendly, out
+from ._common import err, friendly, out, out_folder
 from ._flags import settings_flags
 
 
@@ -24,7 +24,7 @@ SFT_FLAGS = ("steps", "lr", "batch_size", "lora_r", "lora_alpha", "max_length", 
 @settings_flags(SFTSettings, SFT_FLAGS, flags={"gguf_path": ("--gguf",)})
 def sft(
     data: Annotated[Path, typer.Option("--data", help="folder written by `orchestrion train export --format trl`")],
-    out_dir: Annotated[Path, typer.Option("--out",
+    out_dir: Annotated[Path, typer.Option("--out", callback=out_folder("--out"),
                                           help="adapter folder to write (PEFT files, adapter.gguf, train_log.json)")],
     **values: Any,
 ) -> None:

@@ -7,7 +7,9 @@ appended to the list. Opening a file (:func:`prepare`):
 - version 0 with today's tables (written before versions existed) is version 1;
 - an empty file gets every migration;
 - an older version is copied to ``NAME.bak-v{old}`` next to it, then upgraded in place;
-- a newer version than the code knows is refused.
+- a newer version than the code knows is refused;
+- a path that is not a regular file (``/dev/null``, a FIFO) and an SQLite database that holds
+  other things but not the trace tables are refused before anything is written to them.
 
 Database files and new folders are created owner-only (0o600 / 0o700).
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -99,6 +102,40 @@ def create_file(path: Path) -> None:
         os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
     except FileExistsError:
         pass
+
+
+def db_path_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be a trace database file (None when it can): it exists and is not a
+    regular file. A device such as ``/dev/null``, a FIFO or a directory is refused before SQLite
+    opens it (SQLite would write a ``-journal`` file beside it, or block on the FIFO)."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # a new path (opening it says why when a folder on the way is a file)
+    except OSError as exc:
+        return f"cannot be checked ({exc.strerror or exc})"
+    if stat.S_ISREG(mode):
+        return None
+    kinds = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+             (stat.S_ISFIFO, "a pipe (FIFO)"), (stat.S_ISSOCK, "a socket"))
+    what = next((name for test, name in kinds if test(mode)), "a special file")
+    return f"is {what}, not a regular file"
+
+
+def check_ours(path: Path) -> None:
+    """Refuse an SQLite database that holds something and lacks the trace tables (someone else's
+    file): opening it as a store would switch it to WAL and add the trace tables beside its own.
+    It is read with a plain connection, which writes nothing; an empty or new file passes."""
+    conn = sqlite3.connect(path, timeout=30)
+    try:
+        names = [str(r[0]) for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name")]
+    finally:
+        conn.close()
+    if names and "episodes" not in names:
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        raise TraceError(f"trace store {path}: an SQLite database of something else (it holds {shown}), not an "
+                         "Orchestrion trace database; it is left as it was")
 
 
 def _version(conn: sqlite3.Connection) -> int:

@@ -28,7 +28,7 @@ from typing import Any, TypeGuard
 
 from .._errors import TraceError
 from ._queries import TraceQueries
-from ._schema import create_file, make_dirs, prepare
+from ._schema import check_ours, create_file, db_path_problem, make_dirs, prepare
 from .bus import TraceBus, TraceEvent
 
 _Marker = threading.Event | tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
@@ -68,6 +68,9 @@ def check_trace_file(path: Path) -> None:
 def open_for_reading(path: Path) -> TraceStore:
     """The trace store at ``path`` for a reading command, which never creates one, nor writes a
     schema into an empty or foreign file: either is a one-line :class:`TraceError`."""
+    problem = db_path_problem(path)
+    if problem is not None:
+        raise TraceError(f"trace store {path}: {problem}; a trace database is a regular file")
     if not path.is_file():
         raise TraceError(f"trace store {path}: no trace database there; check --db (or ORCHESTRION_DB), "
                          "or run an episode first to create one")
@@ -86,9 +89,13 @@ class TraceStore(TraceQueries):
         self.path = Path(path) if path is not None else default_db_path()
         self._batch_max = batch_max
         self._linger_s = linger_s
+        problem = db_path_problem(self.path)
+        if problem is not None:
+            raise TraceError(f"trace store {self.path}: {problem}; a trace database is a regular file or a new path")
         try:
             make_dirs(self.path.parent)
             create_file(self.path)
+            check_ours(self.path)  # before WAL mode or a table is written into someone else's database
             conn = self._connect()
             try:
                 conn.isolation_level = None

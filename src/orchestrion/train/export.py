@@ -10,6 +10,10 @@ remote model) is tokenized with the chat template instead.
 
 verl: a parquet file with verl's RL fields (``data_source``, ``prompt`` messages, ``ability``,
 ``reward_model`` {style, ground_truth}, ``extra_info``), one row per decision context.
+
+Either export writes its files in a temporary folder beside the output folder and renames each
+into it once all are written: a file is whole or absent, and the folder (0o700) and the files
+(0o600) are owner-only, like the other exports: they hold every prompt.
 """
 
 from __future__ import annotations
@@ -24,10 +28,13 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from .._errors import ConfigError
+from ..trace import atomic_files, check_output_folder
 from .records import DecisionRecord
 
 if TYPE_CHECKING:
     from ..tools.registry import ToolRegistry
+
+_LABEL = "export folder"  # how errors about the output folder name it
 
 
 def tool_schemas(registry: ToolRegistry) -> list[dict[str, Any]]:
@@ -94,9 +101,10 @@ def record_meta(rec: DecisionRecord, reward: float | None = None) -> dict[str, A
 
 
 def _prepare(records: Sequence[DecisionRecord], out_dir: Path) -> None:
+    """Refuse, before any work: no records, or an output folder that is a file (or a device)."""
     if not records:
         raise ConfigError("no decision records to export; check the run id and the filters")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    check_output_folder(out_dir, _LABEL)
 
 
 def _info(records: Sequence[DecisionRecord], fmt: str, files: list[str],
@@ -137,9 +145,15 @@ def export_trl(
         from ..tools.defaults import default_tools
 
         tools = tool_schemas(default_tools())
-    path = out_dir / "train.jsonl"
-    tmp = path.with_suffix(".jsonl.tmp")
-    with tmp.open("wb") as fh:
+    with atomic_files(out_dir, _LABEL) as staging:  # each file whole or absent; owner-only (0o600 / 0o700)
+        _write_trl(records, staging / "train.jsonl", tokenizer, tools, rewards)
+        _write_info(staging, _info(records, "trl", ["train.jsonl"], info))
+    return out_dir / "train.jsonl"
+
+
+def _write_trl(records: Sequence[DecisionRecord], path: Path, tokenizer: Any, tools: list[dict[str, Any]],
+               rewards: Mapping[str, float] | None) -> None:
+    with path.open("wb") as fh:
         for rec in records:
             input_ids, mask = tokenize_record(rec, tokenizer)
             row = {
@@ -151,9 +165,6 @@ def export_trl(
                 "meta": record_meta(rec, rewards.get(rec.episode_id) if rewards else None),
             }
             fh.write(orjson.dumps(row) + b"\n")
-    tmp.replace(path)
-    _write_info(out_dir, _info(records, "trl", [path.name], info))
-    return path
 
 
 def export_verl(
@@ -190,12 +201,10 @@ def export_verl(
                                         "schema_name", "score", "reward")},
             },
         })
-    path = out_dir / "train.parquet"
-    tmp = path.with_suffix(".parquet.tmp")
-    pq.write_table(pa.Table.from_pylist(rows), tmp)
-    tmp.replace(path)
-    _write_info(out_dir, _info(records, "verl", [path.name], info))
-    return path
+    with atomic_files(out_dir, _LABEL) as staging:
+        pq.write_table(pa.Table.from_pylist(rows), staging / "train.parquet")
+        _write_info(staging, _info(records, "verl", ["train.parquet"], info))
+    return out_dir / "train.parquet"
 
 
 def _write_info(out_dir: Path, info: dict[str, Any]) -> None:
