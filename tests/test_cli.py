@@ -200,8 +200,15 @@ def test_unknown_dataset_kind_keeps_its_brackets(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("value", "expected"), [
-    ("tokens=abc", "--budget tokens=abc: expected a whole number greater than 0, e.g. --budget tokens=4000"),
-    ("wall_s=-3", "--budget wall_s=-3: expected a number greater than 0, e.g. --budget wall_s=60"),
+    ("tokens=abc", "--budget tokens=abc: expected a whole number from 1 to 1000000000000, e.g. --budget tokens=4000"),
+    ("wall_s=-3", "--budget wall_s=-3: expected a number above 0 and at most 1e+09, e.g. --budget wall_s=60"),
+    # issue 36 row 10: a number past the field's bound is one line naming its range, not a traceback
+    ("tokens=99999999999999999999999",
+     "--budget tokens=99999999999999999999999: expected a whole number from 1 to 1000000000000, "
+     "e.g. --budget tokens=4000"),
+    ("steps=99999999999999999999999",
+     "--budget steps=99999999999999999999999: expected a whole number from 1 to 1000000000, e.g. --budget steps=10"),
+    ("wall_s=inf", "--budget wall_s=inf: expected a number above 0 and at most 1e+09, e.g. --budget wall_s=60"),
 ])
 def test_bad_budget_names_the_field_and_the_form(tmp_path: Path, value: str, expected: str) -> None:
     line = _one_line_error(cli("run", "hi", "--strategy", "direct", "--budget", value, env_db=tmp_path / "t.db"))

@@ -218,9 +218,12 @@ def test_ctrl_c_marks_the_run_interrupted(tmp_path: Path, slow_server: str) -> N
     assert proc.returncode == 130, stderr
     (run,) = TraceStore(db).query("SELECT * FROM runs")
     assert run["status"] == "interrupted"
-    match = re.search(r"resume with: orchestrion eval --resume (\w+) --db (\S+)", stderr)
-    assert match and match.group(1) == run["id"] and match.group(2) == str(db), stderr
+    # issue 36 row 23: one line says how many episodes finished and how to go on
+    match = re.search(r"interrupted: (\d+) of 32 episodes finished and kept; "
+                      r"continue with: orchestrion eval --resume (\w+) --db (\S+)", stderr)
+    assert match and match.group(2) == run["id"] and match.group(3) == str(db), stderr
     rows = episodes(db, run["id"])
+    assert int(match.group(1)) == sum(r["status"] == "ok" for r in rows)
     assert all(r["status"] in ("ok", "interrupted") for r in rows)  # none left running or cancelled
     assert "Traceback" not in stderr
     done = resume(db, run["id"])

@@ -65,6 +65,7 @@ def test_budget_is_enforced_at_the_call_that_crosses_it(fault_server: FaultServe
     assert res.returncode == 1
     assert_user_message(res.stderr)
     assert "budget exceeded: tokens used" in res.stderr and "status=budget_exceeded" in res.stderr
+    assert "raise it with --budget tokens=N" in res.stderr  # the CLI names the flag; the library does not
     rows = episodes(db)
     assert len(rows) == 1 and rows[0]["status"] == "budget_exceeded"
     assert rows[0]["input_tokens"] + rows[0]["output_tokens"] > 5  # the crossing call is kept in the record

@@ -15,16 +15,15 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from ..api import EpisodeResult, solve
+from .._version import UNKNOWN, __version__
 from ..models.pool import load_pool
-from ..runtime.budget import Budget
-from ..status import EpisodeStatus, ToolStatus
+from ..status import ToolStatus
 from ..strategies.registry import strategies
 from ..tools.defaults import default_tools
 from ..trace import check_output_file
 from ..trace.export import export_jsonl
 from ..trace.store import TraceStore, default_db_path, open_for_reading
-from . import _auto, _datasets, _eval, _models, _report, _train_data, _train_rl, _train_sft
+from . import _auto, _datasets, _eval, _models, _report, _run, _train_data, _train_rl, _train_sft
 from ._common import (
     DbOpt,
     PoolOpt,
@@ -34,11 +33,11 @@ from ._common import (
     friendly,
     note_opened,
     out,
-    parse_settings,
+    out_folder,
     show_flags_as_switches,
-    task_text,
+    utf8_text,
 )
-from ._otel import OtlpOpt, export_otlp, finish_sender, pool_providers, start_sender
+from ._otel import OtlpOpt, export_otlp
 from ._otel import episode_id as _episode_id
 from ._render import episode_tree, list_episodes, task_prompt
 
@@ -47,6 +46,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 trace_app = typer.Typer(no_args_is_help=True, help="Inspect recorded episodes.")
 app.add_typer(trace_app, name="trace")
 show_flags_as_switches()
+_run.register(app)  # first in --help, as the command most people start with
 
 
 def open_store(db: Path | None) -> TraceStore:
@@ -58,13 +58,8 @@ def open_store(db: Path | None) -> TraceStore:
 
 def _print_version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            number = version("orchestrion")
-        except PackageNotFoundError:  # run from a source tree that was never installed
-            number = "(not installed: `pip install -e .` records the version)"
-        out.print(f"orchestrion {number}", highlight=False)
+        hint = " (not installed: `pip install -e .` records the version)" if __version__ == UNKNOWN else ""
+        out.print(f"orchestrion {__version__}{hint}", highlight=False)
         raise typer.Exit()
 
 
@@ -75,72 +70,9 @@ def _options(
 ) -> None:
     pass
 
-@app.command()
-@friendly
-def run(
-    task: Annotated[str, typer.Argument(help="the task, in quotes")],
-    strategy: Annotated[str, typer.Option(
-        "--strategy", "-s", help="strategy name (see `orchestrion strategies`)")] = "para",
-    pool: PoolOpt = None,
-    db: DbOpt = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
-    budget: Annotated[list[str], typer.Option(
-        "--budget", help="limit, e.g. tokens=4000 or wall_s=60 (repeatable)")] = [],  # noqa: B006
-    max_parallel: Annotated[int | None, typer.Option("--max-parallel", min=1, help="1 = serial variant")] = None,
-    max_active: Annotated[int | None, typer.Option(
-        "--max-active", min=1, help="proactive: sub-agents running at once")] = None,
-    corpus: Annotated[Path | None, typer.Option("--corpus", help="folder or JSONL for the retrieve tool")] = None,
-    settings: Annotated[list[str], typer.Option("--set", help="strategy option KEY=VALUE (repeatable)")] = [],  # noqa: B006
-    orchestrator_adapter: Annotated[Path | None, typer.Option(
-        "--orchestrator-adapter",
-        help="LoRA adapter for the orchestrator (dir from `train sft`, or adapter.gguf)")] = None,
-    otlp_endpoint: OtlpOpt = None,
-) -> None:
-    """Solve one task and print the answer, tokens, cost, wall time and trace id."""
-    task = task_text(task)
-    options = parse_settings(settings)
-    the_pool = load_pool(pool)
-    if orchestrator_adapter is not None:
-        the_pool = the_pool.with_orchestrator_adapter(orchestrator_adapter)
-    if max_parallel is not None:
-        options["max_parallel"] = max_parallel
-    if max_active is not None:
-        options["max_active"] = max_active
-    store = TraceStore(db)
-    sender = start_sender(otlp_endpoint, store, providers=pool_providers(the_pool))
-    async def solve_and_close() -> EpisodeResult:
-        try:
-            return await solve(task, strategy=strategy, pool=the_pool, tools=default_tools(corpus),
-                               store=store, budget=Budget.parse_cli(budget), options=options)
-        finally:
-            await the_pool.aclose()  # HTTP sessions closed on every path, failures included
-
-    try:
-        result = asyncio.run(solve_and_close())
-        if sender is not None:
-            sender.add(result.trace_id)
-    finally:
-        finish_sender(sender)
-    if as_json:
-        sys.stdout.write(orjson.dumps(result.to_dict()).decode() + "\n")
-    else:
-        sys.stdout.write((result.answer or "(no answer)") + "\n")  # plain: a 10 MB answer is not laid out by Rich
-        sys.stdout.flush()
-        cost = "unknown" if result.cost_usd is None else f"${result.cost_usd:.6f}"
-        err.print(
-            f"[dim]status={result.status} tokens={result.usage.input_tokens}+{result.usage.output_tokens} "
-            f"cost={cost} wall={result.wall_s:.2f}s trace_id={result.trace_id}[/dim]",
-            highlight=False,
-        )
-        if result.error:
-            err.print(f"[yellow]{escape(result.error)}[/yellow]", highlight=False)
-    if result.status != EpisodeStatus.OK:
-        raise typer.Exit(1)
-
-
 @trace_app.command("show")
 @friendly
-def trace_show(trace_id: str, db: DbOpt = None) -> None:
+def trace_show(trace_id: Annotated[str, typer.Argument(callback=utf8_text("trace id"))], db: DbOpt = None) -> None:
     """Print an episode as a tree of decisions, calls and sub-agent steps."""
     out.print(episode_tree(open_store(db), trace_id), highlight=False)
 
@@ -162,7 +94,8 @@ def trace_list(db: DbOpt = None,
 @trace_app.command("export")
 @friendly
 def trace_export(
-    ids: Annotated[list[str], typer.Argument(help="trace ids; none = every episode")] = [],  # noqa: B006
+    ids: Annotated[list[str], typer.Argument(help="trace ids; none = every episode",
+                                             callback=utf8_text("trace id"))] = [],  # noqa: B006
     out_path: Annotated[Path, typer.Option("--out", help="JSONL file to write")] = Path("traces.jsonl"),
     db: DbOpt = None,
     fmt: Annotated[str, typer.Option(
@@ -311,7 +244,7 @@ def view(
     db: DbOpt = None,
     host: Annotated[str, typer.Option("--host")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535)] = 8765,
-    export: Annotated[Path | None, typer.Option("--export",
+    export: Annotated[Path | None, typer.Option("--export", callback=out_folder("--export"),
                                                 help="write a static bundle to DIR instead of serving")] = None,
     api_key_env: Annotated[str | None, typer.Option(
         "--api-key-env", help="env var holding the key the browser must give (login prompt password)")] = None,

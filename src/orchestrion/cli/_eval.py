@@ -23,9 +23,10 @@ from ..models.presets import is_preset
 from ..runtime.budget import Budget
 from ..status import EpisodeStatus
 from ..trace.store import TraceStore
-from ._common import DbOpt, PoolOpt, at_most, err, fail, friendly, out, parse_settings
+from ._common import DbOpt, PoolOpt, at_most, err, fail, friendly, out, parse_settings, utf8_text
 from ._otel import OtlpOpt, finish_sender, start_sender
 from ._render import rich_table
+from ._run import note_recovered
 
 if TYPE_CHECKING:
     from ..trace.otel import OtlpSender
@@ -38,10 +39,11 @@ class _ProgressObserver(Observer):
         self.progress = progress
         self.task_id: Any = None
         self.run_id: str | None = None
+        self.tally: Tally | None = None
         self.sender: OtlpSender | None = None
 
     def started(self, run_id: str, tally: Tally, resumed: bool) -> None:
-        self.run_id = run_id
+        self.run_id, self.tally = run_id, tally
         verb = "resuming" if resumed else "started"
         before = f", {tally.done} finished before" if resumed else ""
         err.print(f"run {run_id} {verb}: {tally.total} episodes{before}", highlight=False)
@@ -49,6 +51,7 @@ class _ProgressObserver(Observer):
         self.progress.start()
 
     def episode(self, outcome: Outcome, tally: Tally) -> None:
+        self.tally = tally
         self.progress.update(self.task_id, completed=tally.done, stats=_stats(tally))
         if self.sender is not None and outcome.episode_id:
             self.sender.add(outcome.episode_id)  # committed: its spans go out as OTel now
@@ -97,7 +100,8 @@ def register(app: typer.Typer) -> None:
             "--executor", help="local (asyncio) or ray [default: local]")] = None,
         ray_address: Annotated[str | None, typer.Option(
             "--ray-address", help="Ray cluster address; default: a local instance")] = None,
-        resume: Annotated[str | None, typer.Option("--resume", help="RUN_ID of an interrupted run to finish")] = None,
+        resume: Annotated[str | None, typer.Option("--resume", callback=utf8_text("--resume"),
+                                                   help="RUN_ID of an interrupted run to finish")] = None,
         retry_errors: Annotated[bool, typer.Option(
             "--retry-errors", help="with --resume: run again the episodes that ended in error")] = False,
         as_json: Annotated[bool, typer.Option("--json", help="print the summaries as JSON")] = False,
@@ -108,6 +112,7 @@ def register(app: typer.Typer) -> None:
             raise ConfigError(
                 "--retry-errors re-runs the failed episodes of an earlier run: use it with --resume RUN_ID")
         store = TraceStore(db)
+        note_recovered(store)
         if resume is not None:
             fixed = {"--dataset": dataset, "--strategies": strategies, "--epochs": epochs,
                      "--pool": pool, "--orchestrator-adapter": adapter, "--seed": seed, "--budget": budget,
@@ -121,9 +126,7 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError(
                     "--dataset is required (or --resume RUN_ID); e.g. --dataset bigbench:arithmetic/1_digit_addition"
                 )
-            names = [s.strip() for s in (strategies or "direct").split(",") if s.strip()]
-            if not names:
-                raise ConfigError("--strategies: give at least one strategy name, e.g. direct,cot")
+            names = strategy_names(strategies)
             config = EvalConfig(
                 dataset=dataset, strategies=names, limit=limit, epochs=epochs or 1, seed=seed,
                 pool=pool_ref(default_pool_ref() if pool is None else str(pool)),  # a resume uses the same pool
@@ -164,10 +167,7 @@ def register(app: typer.Typer) -> None:
             run = asyncio.run(main())
         except (KeyboardInterrupt, asyncio.CancelledError):
             _stop(progress)
-            run_id = observer.run_id
-            err.print("interrupted; finished episodes are kept.")
-            if run_id:
-                err.print(f"resume with: {resume_command(run_id, db)}", highlight=False)
+            err.print(interrupted_line(observer.run_id, observer.tally, db), markup=False, highlight=False)
             raise typer.Exit(130) from None
         finally:
             _stop(progress)
@@ -182,6 +182,30 @@ def register(app: typer.Typer) -> None:
         err.print(f"run {run.run_id} finished: {run.ran} episodes ran, {run.skipped} were done before", highlight=False)
         _fail_if_nothing_succeeded(store, run.run_id)
         _fail_if_errors(store, run.run_id, db)
+
+
+def strategy_names(given: str | None) -> list[str]:
+    """The ``--strategies`` list (default ``direct``): each name once, none blank; else one line."""
+    if given is None:
+        return ["direct"]
+    names = [s.strip() for s in given.split(",")]
+    if not any(names):
+        raise ConfigError(f"--strategies {given!r}: give at least one strategy name, e.g. --strategies direct,cot")
+    if not all(names):
+        raise ConfigError(f"--strategies {given!r}: a blank name between commas; e.g. --strategies direct,cot")
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"--strategies {given!r}: {', '.join(twice)} given more than once; give each strategy "
+                          "once (--epochs runs each more times)")
+    return names
+
+
+def interrupted_line(run_id: str | None, tally: Tally | None, db: Path | None) -> str:
+    """The one line a Ctrl-C'd eval ends with: how many episodes are finished, and how to go on."""
+    if run_id is None or tally is None:
+        return "interrupted before the run started; nothing ran"
+    return (f"interrupted: {tally.done} of {tally.total} episodes finished and kept; "
+            f"continue with: {resume_command(run_id, db)}")
 
 
 def pool_ref(ref: str) -> str:

@@ -6,6 +6,10 @@ again and the next taker rewrites the holder note (pid, host, start time). A tak
 checks, once it holds the lock, that the file is still the one at that path (the
 releaser unlinks it while holding it), so two processes never hold locks on two
 different files for the same run.
+
+The same lock tells a later process whether a run still marked ``running`` has a live holder:
+:func:`recover_dead_runs` marks the leftovers of those whose lock is free ``interrupted`` (what
+``orchestrion serve`` does at start, and ``run`` and ``eval`` before they start their own).
 """
 
 from __future__ import annotations
@@ -16,10 +20,17 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .._errors import RunLockedError
+from ..status import RunStatus
+
+if TYPE_CHECKING:
+    from ..trace.store import TraceStore
+
+LOCKED_KINDS = ("run", "serve")  # kinds of runs whose process holds the run's lock from before its row exists
 
 
 def lock_path(db: Path, run_id: str) -> Path:
@@ -71,3 +82,24 @@ def run_lock(db: Path, run_id: str) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             path.unlink()
         os.close(fd)
+
+
+def recover_dead_runs(store: TraceStore, kinds: Sequence[str] = LOCKED_KINDS) -> list[str]:
+    """Runs of ``kinds`` still marked ``running`` whose lock is free belong to a process that is
+    gone (killed, or stopped by a full disk before it could close them): their unfinished and
+    cancelled episodes become ``interrupted``, and the run too. Returns their ids; a run whose
+    lock is held (a live process on the same database) is left alone."""
+    recovered = []
+    for kind in kinds:
+        for run in store.runs(kind=kind):
+            if run.status != RunStatus.RUNNING:
+                continue
+            try:
+                with run_lock(store.path, run.id):
+                    store.mark_interrupted(run.id)
+                    store.set_run_status(run.id, RunStatus.INTERRUPTED)
+                    store.flush()
+            except RunLockedError:
+                continue  # a live process owns it
+            recovered.append(run.id)
+    return recovered

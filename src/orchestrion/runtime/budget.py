@@ -11,24 +11,30 @@ from __future__ import annotations
 
 import time
 
+import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .._errors import BudgetExceededError, ConfigError
 from ..models.types import Usage
 
+MOST_TOKENS = 10**12  # an upper bound far beyond any episode that still fits the JSON the budget is stored as
+MOST_COUNT = 10**9  # steps, rounds, sub-agents
+MOST_SPEND = 1e9  # dollars, and wall seconds (about 31 years)
+
 
 class Budget(BaseModel):
-    """Limits for one episode; ``None`` means no limit."""
+    """Limits for one episode; ``None`` means no limit. Every limit is above 0 and at most its
+    ``le`` bound (NaN and infinity are refused: give no limit instead)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    tokens: int | None = Field(default=None, gt=0)
-    cost_usd: float | None = Field(default=None, gt=0)
-    cost_units: float | None = Field(default=None, gt=0)
-    steps: int | None = Field(default=None, gt=0, description="model calls plus tool calls")
-    rounds: int | None = Field(default=None, gt=0)
-    subagents: int | None = Field(default=None, gt=0)
-    wall_s: float | None = Field(default=None, gt=0)
+    tokens: int | None = Field(default=None, gt=0, le=MOST_TOKENS)
+    cost_usd: float | None = Field(default=None, gt=0, le=MOST_SPEND)
+    cost_units: float | None = Field(default=None, gt=0, le=MOST_TOKENS)
+    steps: int | None = Field(default=None, gt=0, le=MOST_COUNT, description="model calls plus tool calls")
+    rounds: int | None = Field(default=None, gt=0, le=MOST_COUNT)
+    subagents: int | None = Field(default=None, gt=0, le=MOST_COUNT)
+    wall_s: float | None = Field(default=None, gt=0, le=MOST_SPEND)
 
     @classmethod
     def parse_cli(cls, items: list[str]) -> Budget:
@@ -50,12 +56,14 @@ class Budget(BaseModel):
 
 
 def _expected(name: str) -> str:
-    """The form a budget field takes, for a one-line error."""
+    """The form and range a budget field takes (from its ``Field``), for a one-line error."""
     field = Budget.model_fields[name]
     whole = field.annotation == int | None
-    kind = "a whole number" if whole else "a number"
+    most = next(m.le for m in field.metadata if isinstance(m, annotated_types.Le))
+    shown = f"{most:d}" if whole else f"{most:g}"
+    span = f"a whole number from 1 to {shown}" if whole else f"a number above 0 and at most {shown}"
     example = {"tokens": "4000", "wall_s": "60", "cost_usd": "0.05"}.get(name, "10" if whole else "2.5")
-    return f"expected {kind} greater than 0, e.g. --budget {name}={example}"
+    return f"expected {span}, e.g. --budget {name}={example}"
 
 
 class BudgetTracker:

@@ -14,7 +14,7 @@ import types
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails
 
 from .._errors import ConfigError
@@ -63,6 +63,16 @@ class StrategyOptions(BaseModel):
         default=2, ge=0, le=6,
         description="programs that solved similar @train tasks before, shown to the coder agent as worked "
                     "examples (its program library, learned from the trace store; 0: none)")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_for_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """``true`` is not a number: pydantic's lax mode would take it as 1 (``--set max_rounds=true``)."""
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            if bool not in (annotation, *get_args(annotation)) and Any not in (annotation, *get_args(annotation)):
+                raise ValueError(f"expected a number, not {str(value).lower()}")
+        return value
 
     @field_validator("*", mode="after")
     @classmethod

@@ -13,27 +13,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from .._errors import RunLockedError
+from ..eval import recover_dead_runs as recover_runs
 from ..eval import run_lock
-from ..status import RunStatus
 from ..trace.store import TraceStore
 
 
 def recover_dead_runs(store: TraceStore) -> list[str]:
     """Mark the leftovers of dead serve processes ``interrupted``; returns their run ids."""
-    recovered = []
-    for run in store.runs(kind="serve"):
-        if run.status != RunStatus.RUNNING:
-            continue
-        try:
-            with run_lock(store.path, run.id):
-                store.mark_interrupted(run.id)
-                store.set_run_status(run.id, RunStatus.INTERRUPTED)
-                store.flush()
-        except RunLockedError:
-            continue  # a live server owns it
-        recovered.append(run.id)
-    return recovered
+    return recover_runs(store, ("serve",))
 
 
 @contextlib.contextmanager

@@ -288,13 +288,22 @@ async def atrain_opod(
     there, reusing ``judgments.jsonl`` instead of judging again. ``bar`` draws a progress bar
     with an ETA, the log lines above it (the CLI passes its rich bar on stderr).
     """
-    from .records import load_records
-
     s = settings or OPODSettings()
     the_store = store if isinstance(store, TraceStore) else TraceStore(store)
+    try:
+        return await _train_opod(run_id, s, pool, the_store, progress, bar)
+    finally:
+        if the_store is not store:  # opened here by name: closed here, failures included (as solve does)
+            await asyncio.to_thread(the_store.close)
+
+
+async def _train_opod(run_id: str, s: OPODSettings, pool: Pool | str | Path | None, the_store: TraceStore,
+                      progress: Log | None, bar: StepDisplay | None) -> OPODResult:
+    from .records import load_records
+
     if not the_store.episode_ids(run_id=run_id, limit=1):
         raise ConfigError(
-            f"run '{run_id}' has no episodes in {the_store.path}; pass a run id from `orchestrion eval` or --db"
+            f"run '{run_id}' has no episodes in {the_store.path}; give the id of an eval run recorded in that store"
         )
     records = load_records(the_store, run_id=run_id)
     if not records:
