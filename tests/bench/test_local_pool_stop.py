@@ -24,9 +24,14 @@ def test_ctrl_c_during_a_run_is_one_line_and_exit_130(monkeypatch: pytest.Monkey
         finally:
             cleaned.append("finally ran")  # the run's own clean-up (store closed, run marked interrupted)
 
+    # a shell's background job starts with SIGINT ignored; a terminal's Ctrl-C is what is tested
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     monkeypatch.setattr(local_pool, "main", a_run_in_progress)
     monkeypatch.setattr("sys.argv", ["bench/local_pool.py", "--tasks", "object_counting", "--limit", "2"])
-    assert local_pool.run_main() == 130
+    try:
+        assert local_pool.run_main() == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
     err = capsys.readouterr().err
     assert "Traceback" not in err and cleaned == ["finally ran"]
     assert err.splitlines() == [
