@@ -92,6 +92,25 @@ def marked_answer(text: str, _depth: int = 0) -> str | None:
     return inner or answer
 
 
+# A closing instruction on how to write a text answer ('End with a last line of the form "Answer: N"
+# ...'): what the dataset loaders append, and the common phrasings of it.
+_ANSWER_LINE_HINT = re.compile(
+    r"\n+[ \t]*(?:Pick the one correct option\.\s*)?(?:End|Finish|Conclude)\s+with\s+a\s+(?:last|final)\s+line\b"
+    r"[^\n]*\bAnswer:[^\n]*\s*$", re.IGNORECASE)
+
+
+def without_answer_line_hint(task: str) -> str:
+    """``task`` without a closing instruction on the form of a text answer's last line. A program
+    prints its answer instead; shown that line, small coders write it out as a comment
+    (``# Answer: 14``) and compute nothing."""
+    return _ANSWER_LINE_HINT.sub("", task).rstrip()
+
+
+def only_comments(code: str) -> bool:
+    """True when ``code`` has no statement: blank lines and ``#`` comments only."""
+    return all(not line.strip() or line.lstrip().startswith("#") for line in code.splitlines())
+
+
 def last_line(text: str) -> str | None:
     """The last non-empty line, without markdown emphasis, quotes, ``$`` or a closing full stop."""
     lines = [line for line in text.strip().splitlines() if line.strip()]

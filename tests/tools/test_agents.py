@@ -137,6 +137,37 @@ async def test_a_program_that_printed_nothing_is_retried(store: TraceStore) -> N
     assert span.status == "ok" and span.attrs_value()["output"] == "201250"
 
 
+async def test_a_program_of_comments_only_is_retried_saying_so(store: TraceStore) -> None:
+    """Seen on object_counting (a tuning family): shown the task's 'End with a last line of the form
+    "Answer: N"' the 1.5B replied ``# Answer: 14`` twice; the retry names what is wrong with it."""
+    prompts: list[list[Any]] = []
+    codes = ["```python\n# Answer: 14\n```", "```python\nitems = [1, 2, 1]\nprint(sum(items))\n```"]
+
+    def replies(messages: Any, config: Any) -> str:
+        prompts.append(messages)
+        return codes[len(prompts) - 1] if len(prompts) <= len(codes) else "Answer: 4"  # then the synthesis
+
+    empty = ToolResult(output="(no output: the program printed nothing; print the result)", data={"empty": True})
+    fake = FakePython([empty, ToolResult(output="4")])
+    task = "I have a lamp, two beds and a car. How many objects do I have?\n\n" \
+           'End with a last line of the form "Answer: N", where N is only the number.'
+    res, _ = await _episode([{"tool": "coder", "input": task}], replies, [CoderAgent(), fake], store, task)
+    first = prompts[0][0]["content"]
+    assert "How many objects do I have?" in first and 'form "Answer: N"' not in first  # the hint is not shown
+    assert "it is only comments" in prompts[1][-1]["content"]
+    [span] = [s for s in store.spans(res.trace_id) if s.kind == "agent"]
+    assert span.status == "ok" and span.attrs_value()["output"] == "4"
+
+
+def test_every_answer_line_hint_of_the_loaders_is_taken_off_for_the_coder() -> None:
+    from orchestrion._text import without_answer_line_hint
+    from orchestrion.eval.datasets._base import HINTS
+
+    for hint in HINTS.values():
+        assert without_answer_line_hint(f"Q?\nOptions:\n(A) x\n\n{hint}") == "Q?\nOptions:\n(A) x"
+    assert without_answer_line_hint("Say it. Answer: 5") == "Say it. Answer: 5"  # not a closing instruction
+
+
 # -- the coder reads the task's format, and learns worked programs from @train successes --
 
 TF_TASK = "Take 3 steps. Take 2 steps back. Are you back at the start?\n\nOptions:\n(A) True\n(B) False"

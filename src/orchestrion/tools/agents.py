@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from pydantic import BaseModel, Field
 
 from .._prompts import render
-from .._text import PYTHON_FENCES, code_blocks, last_line, normalize
+from .._text import PYTHON_FENCES, code_blocks, last_line, normalize, only_comments, without_answer_line_hint
 from ..models.types import GenerateConfig, msg
 from .envelope import ToolResult, ToolStatus
 from .registry import Tool
@@ -102,8 +102,11 @@ def program_of(text: str) -> str:
     return code
 
 
-def _program_problem(result: ToolResult) -> str | None:
+def _program_problem(result: ToolResult, code: str) -> str | None:
     """Why a program's run does not answer (failed, or printed nothing); None when it does."""
+    if only_comments(code):
+        return ("it is only comments, so it computes and prints nothing; write Python statements that hold the "
+                "task's data as values, compute the answer from them, and print() it")
     if not result.ok:
         return f"it failed ({result.status.value}): {(result.error or result.output).strip()[-600:]}"
     if not result.output.strip() or result.data.get("empty"):
@@ -115,7 +118,8 @@ def _worked(examples: list[tuple[str, str]]) -> str:
     """The program library's examples as the coder prompt's ``{examples}`` block ("" for none)."""
     if not examples:
         return ""
-    shown = "\n".join(f"\nTask: {task[:1200]}\n```python\n{code.strip()[:1500]}\n```" for task, code in examples)
+    shown = "\n".join(f"\nTask: {without_answer_line_hint(task)[:1200]}\n```python\n{code.strip()[:1500]}\n```"
+                      for task, code in examples)
     return render("agent_coder_examples", examples=shown)
 
 
@@ -141,7 +145,8 @@ class CoderAgent(Tool):
         ctx = _need(ctx, self.name)
         examples = _worked(await ctx.worked_programs(ctx.original_task or args.task))
         whole = normalize(ctx.original_task or args.task) == normalize(args.task)
-        convo = [msg("user", render("agent_coder", task=args.task, context=_context(args, ctx), examples=examples))]
+        shown = without_answer_line_hint(args.task)  # the program prints its answer; it writes no "Answer:" line
+        convo = [msg("user", render("agent_coder", task=shown, context=_context(args, ctx), examples=examples))]
         result = ToolResult(status=ToolStatus.EXEC_ERROR, error="no program was written")
         for attempt in range(1 + self.retries):
             out = await ctx.generate(convo, model=model or ctx.pool.executor, config=ctx.config("agent", 384),
@@ -149,7 +154,7 @@ class CoderAgent(Tool):
             code = program_of(out.text)
             result = await ctx.call_tool("python", {"code": code, "timeout_s": 10})
             result.data.update(code=code, attempts=attempt + 1, worked_examples=examples.count("\nTask: "))
-            problem = _program_problem(result)
+            problem = _program_problem(result, code)
             printed = last_line(result.output) or ""
             if problem is None and whole and (misfit := ctx.answer_misfit(printed)):
                 problem = f"it printed {printed[:200]!r}, which is not an answer: {misfit}"
