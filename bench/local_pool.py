@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from train_arms import train_arm_lines
+
 from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
 from orchestrion.eval.summary import StrategySummary
 from orchestrion.models.pool import PoolConfig
@@ -299,9 +301,11 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
         return label, await _run(key, config, PoolFactory(only=model), store, state, state_path)
 
     history = [(s, None) for s in args.history] + [("direct", m) for m in LOCAL_MODELS]
+    learned: dict[str, dict[str, tuple[str, str]]] = {t: {} for t in tasks}
     for task in tasks:  # phase 1: what auto learns from
         for strategy, model in history:
-            await one(task, "train", args.train, strategy, model)
+            label, run_id = await one(task, "train", args.train, strategy, model)
+            learned[task][label] = (run_id, strategy)
             if args.more_train:  # a second @train sample (another shuffle): more history without rerunning the first
                 await one(task, "train", args.more_train, strategy, model, seed=args.seed + 1)
     if args.history_only:
@@ -316,6 +320,11 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
             if run_id:
                 runs[task][label] = (run_id, strategy)
     _report(store, runs, args)
+    arms = train_arm_lines(store, learned, f"direct on {STRONGEST}", _scores)
+    if arms:
+        print(f"\n**What auto learned from: each arm on the @train sample ({args.train} per task), paired by "
+              "example against direct on the 1.5B model**\n")
+        print("\n".join(arms), flush=True)
 
 
 def _report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]], args: argparse.Namespace) -> None:

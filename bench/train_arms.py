@@ -1,0 +1,45 @@
+"""The ``@train`` arm table that ``bench/local_pool.py`` prints: what ``auto`` learned from, per task.
+
+For each task, every history arm's accuracy on the ``@train`` sample, its difference from
+``direct`` on the strongest model paired by example (the rule ``auto`` itself uses to leave
+``direct``), and its compute units per episode as a multiple of that ``direct``'s. A reader can
+check from it which arm ``auto`` should take on a family it has just met.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from orchestrion import TraceStore, summarize
+from orchestrion.strategies.auto import paired_difference
+
+Runs = Mapping[str, Mapping[str, tuple[str, str]]]  # task -> label -> (run id, strategy)
+
+
+def train_arm_lines(store: TraceStore, runs: Runs, base_label: str,
+                    scores: Callable[[TraceStore, str, str], dict[str, float]]) -> list[str]:
+    """The markdown table's lines; empty when no history has run."""
+    lines = ["| task | arm | n | accuracy ± se | paired vs " + base_label + " | compute units × direct |",
+             "|---|---|---|---|---|---|"]
+    for task, labels in runs.items():
+        base = labels.get(base_label)
+        base_scores = scores(store, *base) if base else {}
+        base_units = _units(store, base[0]) if base else 0.0
+        for label, (run_id, strategy) in labels.items():
+            if not run_id:
+                continue
+            for s in summarize(store, run_id):
+                units = s.cost_units / max(1, s.episodes)
+                paired = "-"
+                if base and label != base_label:
+                    diff, se, _ = paired_difference(scores(store, run_id, strategy), base_scores)
+                    paired = f"{diff:+.2f} ± {se:.2f}"
+                ratio = f"{units / base_units:.1f}×" if base_units else "-"
+                lines.append(f"| {task} | {label} | {s.episodes} | {s.accuracy:.2f} ± {s.stderr:.2f} | {paired} "
+                             f"| {ratio} |")
+    return lines if len(lines) > 2 else []
+
+
+def _units(store: TraceStore, run_id: str) -> float:
+    summaries = summarize(store, run_id)
+    return summaries[0].cost_units / max(1, summaries[0].episodes) if summaries else 0.0
