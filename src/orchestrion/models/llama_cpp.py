@@ -43,19 +43,19 @@ from .spec import ModelSpec
 from .types import UNCONSTRAINED_MODES, Completion, GenerateConfig, Message, Usage
 
 # default_threads() is $ORCHESTRION_THREADS, else DEFAULT_THREADS: the fixed count for thread
-# users outside the embedded models (torch in train/_policy). Measured with bench/threads.py on
-# the 2-core development machine: with other work on the cores, one thread held its speed while
-# two threads collapsed. The embedded models themselves share _threads.thread_total() among
+# users outside the embedded models (torch in train/_policy). One thread, because with other work
+# on the cores one thread keeps its speed where two lose most of theirs (bench/threads.py; the
+# numbers are in docs/results/speed.md). The embedded models themselves share _threads.thread_total() among
 # those generating at the moment (a fixed `n_threads` opts out); on 2 cores with
-# ORCHESTRION_THREADS unset that is 1 thread, for prompt batches too (measurements in _threads).
+# ORCHESTRION_THREADS unset that is 1 thread, for prompt batches too.
 DEFAULT_THREADS = 1
 # The prompt is decoded in chunks that start at multiples of PROMPT_CHUNK, and a reused prefix
 # is cut back to such a multiple. llama.cpp's CPU kernels give slightly different numbers for a
 # token depending on the batch it is decoded in (Qwen2.5-Coder-1.5B: log-probs moved by up to
 # 0.08 when only the first 5 prompt tokens were reused), so aligned chunks are what make a
-# reused prefix, loaded or live, give bit-for-bit the log-probs of a fresh evaluation (checked
-# on 1.5B with chunks of 32 and 128). Measured prompt speed on Qwen2.5-Coder-0.5B, 1 thread, by
-# chunk: 512: 80 tok/s, 128: 81, 64: 79, 32: 72, 16: 62. 64 costs at most 63 re-decoded tokens.
+# reused prefix, loaded or live, give bit-for-bit the log-probs of a fresh evaluation. 64 is
+# about as fast as larger chunks and costs at most 63 re-decoded tokens (measurements in
+# docs/results/speed.md).
 # Between chunks a call also takes its current thread share.
 PROMPT_CHUNK = 64
 # Greedy calls under a grammar check the best token first (_greedy.py); False = llama-cpp-python's

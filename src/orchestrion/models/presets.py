@@ -49,7 +49,7 @@ _DESCRIPTIONS = {
 _CONTEXT = {"smollm2-135m": 2048, "qwen2.5-coder-0.5b": 4096, "qwen2.5-coder-1.5b": 4096}
 LOCAL_MODELS = ("smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b")
 TINY_MODELS = ("smollm2-135m",)
-# Roles on the local pool, chosen by measurement (README, "The local pool").
+# Roles on the local pool, chosen by measurement (docs/results/local-pool.md, "Orchestrator and synthesizer roles").
 LOCAL_ROLES = {"orchestrator": "qwen2.5-coder-1.5b", "synthesizer": "qwen2.5-coder-1.5b",
                "executor": "qwen2.5-coder-1.5b"}
 PRESETS = ("local", "tiny")

@@ -1,9 +1,10 @@
 """Answer synthesis, shared by strategies: the trajectory's results become the final answer.
 
-Grounding (invariant 7): every result is shown with a label (``[R1]``, ``[R2]``, ...) and
-its status, and the synthesizer may cite a label instead of retyping the result. The
-citation is replaced by the result itself, so a small model cannot miscopy a number it
-was given. Synthesis decodes at the synthesis role's temperature (greedy by default).
+Grounding ("answers are grounded", a design invariant): every result is shown with a label
+(``[R1]``, ``[R2]``, ...) and its status, and the synthesizer may cite a label instead of
+retyping the result. The citation is replaced by the result itself, so a small model cannot
+miscopy a number it was given. Synthesis decodes at the synthesis role's temperature (greedy
+by default).
 
 The caller of an episode (``orchestrion serve``) may pass an :class:`AnswerChannel` to the
 episode (:func:`orchestrion.runtime.episode.run_episode`, held by its run context as
@@ -14,10 +15,11 @@ a JSON answer, writes it through the structured-output path: the backend's const
 decoding where it has one, else the schema in the prompt and bounded repairs. An episode
 that ends without a synthesis gets one JSON-conforming synthesis from :func:`conform_answer`.
 
-No evidence, no harm (invariant 9): an episode none of whose tool or agent calls returned a
-result (``ctx.results`` is empty) is answered by :func:`answer_directly`, the ``direct``
-baseline's own prompt and decoding on the synthesizer model, so orchestrating that found
-nothing never answers worse than not orchestrating. The same holds for a synthesis whose
+No evidence, no harm ("orchestration does no harm", a design invariant): an episode none of
+whose tool or agent calls returned a result (``ctx.results`` is empty) is answered by
+:func:`answer_directly`, the ``direct`` baseline's own prompt and decoding on the synthesizer
+model, so orchestrating that found nothing never answers worse than not orchestrating. The
+same holds for a synthesis whose
 answer line no result supports (:func:`orchestrion.runtime.support.supported`): the synthesizer
 answered from its own knowledge, distracted by results that did not decide the task, so the
 answer is ``direct``'s instead (event ``unsupported_answer``; outside an answer channel only,

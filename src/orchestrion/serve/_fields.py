@@ -33,7 +33,7 @@ Check = Callable[[Any], str | None]  # a value -> why it is refused (None: accep
 @dataclass(frozen=True)
 class Rule:
     fate: Fate
-    note: str  # what happens to the field, and why (shown in /docs and the README)
+    note: str  # what happens to the field, and why (shown in /docs and the handbook's serving page)
     check: Check | None = None  # honoured fields: the values refused
 
 

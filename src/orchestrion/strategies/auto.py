@@ -38,14 +38,13 @@ Choice (pure, in :func:`choose_arm`):
    inside the noise of a few dozen past examples can turn around on new ones, and this guard
    trades some of the mean for never paying that.
 
-The defaults (``k`` = 12, ``prior_weight`` = 6, ``relative_similarity`` = 0.5) scored best in a
+The defaults (``k`` = 12, ``prior_weight`` = 6, ``relative_similarity`` = 0.5) were chosen by a
 leave-one-out over the local pool's ``@train`` history (``bench/auto_loo.py``): an arm needs more
-than a few lucky neighbours to beat its record elsewhere, and a cutoff of 0.8 left some prompts
-(orderings of five objects) two neighbours per arm, too few to tell the arms apart.
-``safe_z`` = 2 is not what that leave-one-out prefers (its mean gain over ``direct`` on the 1.5B
-drops from +0.27 to +0.21 on ``@train``); it is the default because the promise is a floor per
-kind of task: on dates, a +0.14 ± 0.12 ``@train`` gap for the 0.5B model turned into a loss on
-``@test``, and the guard keeps only gaps such as SmolLM2's +0.21 ± 0.09 on temporal sequences.
+than a few lucky neighbours to beat its record elsewhere, and a tighter similarity cutoff leaves
+some prompts too few neighbours per arm to tell the arms apart. ``safe_z`` = 2 gives up some of
+that leave-one-out's mean on purpose: the promise is a floor per kind of task, so only gaps that
+hold over the whole kind replace the strongest model. The measurements behind these choices are
+on the handbook's local-pool results page (docs/results/local-pool.md).
 
 The choice, the reason, the neighbours and every arm's numbers are written on the episode (event
 ``auto_choice``, and ``meta.result.auto``), so ``orchestrion trace show`` explains it. This gives

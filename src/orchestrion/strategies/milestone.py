@@ -98,7 +98,7 @@ def _record(index: int, milestone: str, subtasks: list[Subtask], results: dict[s
 class Milestone(Strategy):
     name = "milestone"
     summary = "E3-Orch: milestone -> dependency-aware plan -> parallel act, re-planned after each milestone"
-    paper = "E3-Orch (e3-orch-abstract.txt)"
+    paper = "E3-Orch: Towards Effective, Efficient, and Extensible Agentic Orchestration with RL"
 
     class Options(PlanOptions):
         max_milestones: int = Field(default=4, ge=1, description="most milestones, each planned and run in turn")

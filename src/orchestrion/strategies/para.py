@@ -78,7 +78,7 @@ def para_action(max_calls: int) -> type[ParaAction]:
 class Para(Strategy):
     name = "para"
     summary = "ParaManager: rounds of up to 4 parallel calls over agents and tools, then answer synthesis"
-    paper = "ParaManager (paramanager.txt)"
+    paper = "ParaManager: Small Model as Master Orchestrator (unified agent-tool orchestration)"
 
     class Options(StrategyOptions):
         max_rounds: int = Field(default=12, ge=1, description="most orchestrator rounds before synthesis (paper: 12)")

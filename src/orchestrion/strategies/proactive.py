@@ -401,7 +401,7 @@ class _Episode:
 class Proactive(Strategy):
     name = "proactive"
     summary = "POrchestra: sub-agents pause to ask for revisions; the orchestrator edits their live harness"
-    paper = "POrchestra (porchestra.txt)"
+    paper = "POrchestra: Proactive Agentic Orchestration (Renmin University of China, BAAI, CUHK-Shenzhen)"
     Options = ProactiveOptions
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:

@@ -151,7 +151,7 @@ def _number(value: Any) -> float | None:
 class Router(Strategy):
     name = "router"
     summary = "static kNN router: pick the model that scored best on the most similar past tasks, answer directly"
-    paper = "ParaManager baselines (paramanager.txt)"
+    paper = "baselines of ParaManager: Small Model as Master Orchestrator"
 
     class Options(StrategyOptions):
         k: int = Field(default=5, ge=1, description="nearest past prompts the model scores are averaged over")

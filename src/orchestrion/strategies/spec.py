@@ -191,7 +191,7 @@ def _capacity_lines(pool: Pool) -> str:
 class Spec(Strategy):
     name = "spec"
     summary = "LEMON: write one orchestration spec (roles, capacities, dependencies), validate, compile, execute"
-    paper = "LEMON (porchestra-adaptorch-uno-lemon-abstracts.txt)"
+    paper = "LEMON: Learning Executable Multi-Agent Orchestration via Counterfactual RL"
 
     class Options(DecisionOptions):
         max_roles: int = Field(default=3, ge=1, le=MAX_ROLES,

@@ -198,7 +198,7 @@ class TopologyStrategy(Strategy):
         "AdaptOrch: decompose into a DAG, route it to parallel/sequential/hierarchical/hybrid, "
         "consistency-checked synthesis"
     )
-    paper = "AdaptOrch (porchestra-adaptorch-uno-lemon-abstracts.txt)"
+    paper = "AdaptOrch: task-adaptive multi-agent orchestration (Korea National Open University)"
 
     class Options(PlanOptions):
         topology: Literal["auto", "parallel", "sequential", "hierarchical", "hybrid"] = Field(

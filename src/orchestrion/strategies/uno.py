@@ -319,7 +319,7 @@ def _price(pool: Pool, name: str) -> str:
 class Uno(Strategy):
     name = "uno"
     summary = "Uno-Orchestra: answer directly or decompose, each part on an admissible (model, primitive) pair"
-    paper = "Uno-Orchestra (porchestra-adaptorch-uno-lemon-abstracts.txt)"
+    paper = "Uno-Orchestra: a unified orchestration policy for selective delegation"
 
     class Options(DecisionOptions):
         cost_weight: float = Field(default=DEFAULT_COST_WEIGHT, ge=0,
