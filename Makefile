@@ -15,7 +15,7 @@ LLAMA_CPP   ?= llama-cpp-python==0.3.36
 TORCH       ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 
-.PHONY: demo test test-fast typecheck bench clean sandbox-backend
+.PHONY: demo test test-fast typecheck bench clean sandbox-backend docs
 
 $(PY):
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
@@ -78,6 +78,11 @@ test-fast: $(VENV)/.stamp-fast sandbox-backend
 
 typecheck: $(VENV)/.stamp-dev
 	$(VENV)/bin/mypy
+
+# The handbook: regenerate the CLI, API and options pages from the code, then build site/ offline.
+docs: $(VENV)/.stamp-fast
+	$(PY) docs/gen_pages.py
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 bench: $(VENV)/.stamp-dev
 	$(PY) bench/scheduler.py
