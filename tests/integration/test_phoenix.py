@@ -267,8 +267,8 @@ def test_an_eval_run_is_one_phoenix_session_with_its_cost(phoenix: str, tmp_path
     project = phoenix_project(phoenix, "orchestrion-unpriced")
     assert project["costSummary"]["total"]["tokens"] == unpriced["input_tokens"] + unpriced["output_tokens"] > 0
     assert project["costSummary"]["total"]["cost"] == 0, (
-        "Phoenix now prices spans it has no model price for: does it read llm.cost.*? Update the README's "
-        "OpenTelemetry / Phoenix section and this test")
+        "Phoenix now prices spans it has no model price for: does it read llm.cost.*? Update the handbook's "
+        "viewer and OpenTelemetry page (docs/viewer.md) and this test")
 
     # the model Phoenix holds the pool's price for: Phoenix's cost per trace, per session and per project
     # is the episode's cost, and the run is one session holding both episodes

@@ -5,7 +5,7 @@ and trace id ride in ``system_fingerprint`` and headers, a failed episode is an 
 
 These tests use the official openai SDK, which LangChain and LiteLLM build on (its default retries
 included), reading only standard fields; ``test_langchain_client.py`` runs LangChain's ``ChatOpenAI``
-itself (LiteLLM, a large dependency, was tried by hand: see the README's clients table).
+itself (LiteLLM, a large dependency, was tried by hand: see the clients table in docs/serving.md).
 """
 
 from __future__ import annotations
