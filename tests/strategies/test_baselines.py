@@ -264,7 +264,7 @@ async def test_program_answers_with_what_the_program_printed_else_as_direct(stor
     from orchestrion.tools.envelope import ToolResult, ToolStatus
     from tests.tools.test_agents import FakePython
 
-    coder = ScriptedModel(lambda m, c: "```python\nprint('apple pear')\n```", name="m")
+    coder = ScriptedModel(lambda m, c: "```python\nprint(' '.join(sorted(['pear', 'apple'])))\n```", name="m")
     fake = FakePython([ToolResult(output="sorting...\napple pear\n")])
     res = await solve("Sort: pear apple", strategy="program", pool=Pool.from_models([coder]),
                       tools=ToolRegistry([CoderAgent(), fake]), store=store)

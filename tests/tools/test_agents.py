@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from pydantic import BaseModel
@@ -8,7 +9,15 @@ from pydantic import BaseModel
 from orchestrion import Pool, ScriptedModel, ToolRegistry, TraceStore, solve
 from orchestrion._prompts import render
 from orchestrion._text import normalize
-from orchestrion.tools.agents import CoderAgent, ReasonerAgent, SolveDirectlyAgent, majority, program_of
+from orchestrion.models.types import Completion
+from orchestrion.tools.agents import (
+    CoderAgent,
+    ReasonerAgent,
+    SolveDirectlyAgent,
+    majority,
+    prints_only_literals,
+    program_of,
+)
 from orchestrion.tools.envelope import ToolResult, ToolStatus
 from orchestrion.tools.registry import Tool
 
@@ -185,7 +194,7 @@ async def test_a_printed_answer_outside_the_options_is_retried_with_the_reason(s
 
     def replies(messages: Any, config: Any) -> str:
         prompts.append(messages)
-        return "```python\nprint('False')\n```"
+        return "```python\nprint(4 == 3)\n```"
 
     fake = FakePython([ToolResult(output="12/25/2022"), ToolResult(output="False")])
     res = await solve(_tf(), strategy="program", pool=Pool.from_models([ScriptedModel(replies, name="m")]),
@@ -211,7 +220,7 @@ async def test_programs_that_solved_similar_train_tasks_are_shown_as_worked_exam
 
     def replies(messages: Any, config: Any) -> str:
         seen.append(messages[0]["content"])
-        return f"```python\nprint('False')  # program {len(seen)}\n```"
+        return f"```python\nprint(4 == 3)  # program {len(seen)}\n```"
 
     pool = Pool.from_models([ScriptedModel(replies, name="m")])
 
@@ -231,3 +240,66 @@ async def test_programs_that_solved_similar_train_tasks_are_shown_as_worked_exam
     assert "# program 3" not in shown  # a @test episode's program never teaches
     await run("Sort these words: pear apple fig", "train")
     assert "answered similar tasks" not in seen[-1]  # another kind of task gets no template
+
+
+def test_a_printed_literal_counts_as_typed_in_only_when_nothing_decides_it() -> None:
+    """Seen on navigate (a tuning family): the 1.5B wrote ``print("True")`` under a comment saying
+    no computation was needed, and the sum tasks' few-shot lines were copied with the answer typed in."""
+    assert prints_only_literals('# the answer is given\nprint("True")')
+    assert prints_only_literals("print(1203)\nprint('done')")
+    assert not prints_only_literals("print(831 + 156)")
+    assert not prints_only_literals("x = 0\nfor s in [7, -9]:\n    x += s\nif x == 0:\n    print('True')\n")
+    assert not prints_only_literals("ok = 3 > 2\nprint('(A) True' if ok else '(B) False')")
+    assert not prints_only_literals("# nothing")  # no print at all: a different problem, said elsewhere
+    assert not prints_only_literals("print(1")  # does not parse: its error is shown instead
+    assert not prints_only_literals("print()")  # prints nothing: said as such
+
+
+async def test_a_program_that_prints_a_typed_in_value_is_retried_saying_so(store: TraceStore) -> None:
+    prompts: list[list[Any]] = []
+    codes = ['```python\nprint("True")\n```', "```python\nx = 7 - 9 + 2\nprint(x == 0)\n```"]
+
+    def replies(messages: Any, config: Any) -> str:
+        prompts.append(messages)
+        return codes[len(prompts) - 1] if len(prompts) <= len(codes) else "Answer: True"
+
+    fake = FakePython([ToolResult(output="True"), ToolResult(output="True")])
+    res, _ = await _episode([{"tool": "coder", "input": "walk"}], replies, [CoderAgent(), fake], store)
+    assert len(fake.codes) == 2 and "typed into the program" in prompts[1][-1]["content"]
+    [span] = [s for s in store.spans(res.trace_id) if s.kind == "agent"]
+    assert span.status == "ok"
+
+
+class CutModel(ScriptedModel):
+    """A scripted model whose first non-decision reply stops at the token limit."""
+
+    async def complete(self, messages: Any, config: Any) -> Completion:
+        out = await super().complete(messages, config)
+        if config.json_schema is None and "cut" not in self.__dict__:
+            self.cut = True
+            return replace(out, finish_reason="length")
+        return out
+
+
+async def test_a_program_cut_off_at_the_token_limit_is_retried_saying_so(store: TraceStore) -> None:
+    """Seen on navigate (a tuning family): a first program of 384 tokens of unrolled steps, cut
+    mid-line, whose retry the coder's old 60 s limit never let finish."""
+    prompts: list[list[Any]] = []
+    decided: list[int] = []
+
+    def reply(messages: Any, config: Any) -> str:
+        if config.json_schema is not None:
+            decided.append(1)
+            return json.dumps({"calls": [{"tool": "coder", "input": "count"}] if len(decided) == 1 else [],
+                               "final": len(decided) > 1})
+        prompts.append(messages)
+        return "```python\nx = 1\nprint(x" if len(prompts) == 1 else "```python\nprint(sum([1] * 3))\n```"
+
+    fake = FakePython([ToolResult(status=ToolStatus.EXEC_ERROR, error="SyntaxError: '(' was never closed"),
+                       ToolResult(output="3")])
+    await solve("Sort: pear apple. End with Answer: ...", strategy="para",
+                pool=Pool.from_models([CutModel(reply, name="m")]), tools=ToolRegistry([CoderAgent(), fake]),
+                store=store)
+    retry = prompts[1][-1]["content"]
+    assert "cut off at the 384-token limit" in retry and "was never closed" in retry
+    assert CoderAgent.timeout_s >= 2 * 60  # two programs fit in the coder's time on 2 cores

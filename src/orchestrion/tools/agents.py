@@ -6,6 +6,7 @@ the run context, so its model calls are traced and costed under the tool's span.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import re
 from collections import Counter
@@ -102,11 +103,34 @@ def program_of(text: str) -> str:
     return code
 
 
+_BRANCHES = (ast.If, ast.IfExp, ast.For, ast.While, ast.Try, ast.Match, ast.comprehension, ast.BoolOp, ast.Compare)
+
+
+def prints_only_literals(code: str) -> bool:
+    """True when ``code`` runs straight through (no branch, loop, comparison or condition) and
+    every ``print`` in it prints literals only: its output was typed in, not computed. A literal
+    printed under a condition (``if ok: print("True")``) is computed and does not count."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    prints = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
+              and n.func.id == "print"]
+    if not prints or any(isinstance(n, _BRANCHES) for n in ast.walk(tree)):
+        return False
+    args = [a for call in prints for a in call.args]
+    return bool(args) and all(isinstance(a, ast.Constant) for a in args)
+
+
 def _program_problem(result: ToolResult, code: str) -> str | None:
-    """Why a program's run does not answer (failed, or printed nothing); None when it does."""
+    """Why a program's run does not answer (failed, printed nothing, or printed a value typed into
+    it); None when it does."""
     if only_comments(code):
         return ("it is only comments, so it computes and prints nothing; write Python statements that hold the "
                 "task's data as values, compute the answer from them, and print() it")
+    if prints_only_literals(code):
+        return ("it prints a value typed into the program, not one it computes; put the task's data into "
+                "variables and compute the answer from them with Python statements, then print() it")
     if not result.ok:
         return f"it failed ({result.status.value}): {(result.error or result.output).strip()[-600:]}"
     if not result.output.strip() or result.data.get("empty"):
@@ -140,6 +164,10 @@ class CoderAgent(Tool):
     Args = AgentArgs
     cost_units = 2.0
     retries = 1  # a failed, silent or out-of-format run is retried once, with the reason shown
+    max_tokens = 384  # of each program
+    # Two programs of up to 384 tokens each: at 15 tokens/s (the 1.5B on 2 cores) that is about a
+    # minute before prompts, so the registry's default 60 s cut every retry of a long first program.
+    timeout_s = 180.0
 
     async def run(self, args: Any, ctx: ToolContext | None, model: str | None) -> ToolResult | str:
         ctx = _need(ctx, self.name)
@@ -149,12 +177,16 @@ class CoderAgent(Tool):
         convo = [msg("user", render("agent_coder", task=shown, context=_context(args, ctx), examples=examples))]
         result = ToolResult(status=ToolStatus.EXEC_ERROR, error="no program was written")
         for attempt in range(1 + self.retries):
-            out = await ctx.generate(convo, model=model or ctx.pool.executor, config=ctx.config("agent", 384),
+            out = await ctx.generate(convo, model=model or ctx.pool.executor,
+                                     config=ctx.config("agent", self.max_tokens),
                                      name=self.name if attempt == 0 else f"{self.name} retry {attempt}")
             code = program_of(out.text)
             result = await ctx.call_tool("python", {"code": code, "timeout_s": 10})
             result.data.update(code=code, attempts=attempt + 1, worked_examples=examples.count("\nTask: "))
             problem = _program_problem(result, code)
+            if problem is not None and out.finish_reason == "length":
+                problem = (f"the program was cut off at the {self.max_tokens}-token limit before it ended, so "
+                           f"{problem}; write a shorter one: no comments, a loop instead of repeated lines")
             printed = last_line(result.output) or ""
             if problem is None and whole and (misfit := ctx.answer_misfit(printed)):
                 problem = f"it printed {printed[:200]!r}, which is not an answer: {misfit}"
