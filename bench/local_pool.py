@@ -27,6 +27,10 @@ Run from the repository root, after ``orchestrion models pull`` and
     .venv/bin/python bench/local_pool.py                       # 6 @train + 20 @test per task
     .venv/bin/python bench/local_pool.py --train 3 --limit 4 --table program,auto,para
     .venv/bin/python bench/local_pool.py --kv-compare 4 --roles 5 --tasks none
+
+``--fragment PATH`` also writes what it prints on stdout (the tables) to PATH, under a header
+naming the command, the commit, the date and the machine (``bench/_fragment.py``): a results page
+of ``docs/results/`` that the bench writes, not a paste.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _fragment import tee_fragment
 from train_arms import train_arm_lines
 
 from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
@@ -424,6 +429,9 @@ async def main() -> None:
                     help="the run-id file (default OUT/state.json); a second process may use its own")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--out", type=Path, default=Path("bench/out/local_pool"))
+    ap.add_argument("--fragment", type=Path, default=None, metavar="PATH",
+                    help="also write the printed tables to PATH (markdown), headed by the command, commit, date "
+                         "and machine; written only when the run ends without an error")
     args = ap.parse_args()
     if args.tasks in ("tuning", "heldout"):  # the lists of bench/families.py
         from families import HELD_OUT, TUNING, TUNING_EXTRA
@@ -437,11 +445,12 @@ async def main() -> None:
     state_path = args.state or args.out / "state.json"
     state = _load_state(state_path)
     try:
-        if args.kv_compare:
-            await kv_compare(args.kv_compare, store, state, state_path)
-        if args.roles:
-            await roles_compare(args.roles, store, state, state_path)
-        await table(args, store, state, state_path)
+        with tee_fragment(args.fragment):
+            if args.kv_compare:
+                await kv_compare(args.kv_compare, store, state, state_path)
+            if args.roles:
+                await roles_compare(args.roles, store, state, state_path)
+            await table(args, store, state, state_path)
     finally:
         store.close()
 
