@@ -41,6 +41,10 @@ rebuilt round prompts do not).
     .venv/bin/python bench/learning.py --mixed     # four tasks whose right first decision differs
     .venv/bin/python bench/learning.py --seeds 1,2,3,4,5 --eval-limit 8 --out bench/out/learning-big
     .venv/bin/python bench/learning.py --train-tasks word_sorting --unseen-tasks object_counting --out ...
+    .venv/bin/python bench/learning.py --table-only --fragment bench/out/learning/fragment.md
+
+``--fragment PATH`` also writes the table to PATH, headed by the command, the commit, the date and
+the machine (``bench/_fragment.py``), for ``docs/results/``.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from _fragment import write_fragment
 
 from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
 from orchestrion.models.pool import PoolConfig
@@ -598,6 +603,8 @@ async def main() -> None:
                     help="GRPO steps; on a finished run of the same size, more steps than it has continue its "
                          "GRPO from the checkpoint and evaluate the new adapter again")
     ap.add_argument("--table-only", action="store_true", help="print the table from what is recorded")
+    ap.add_argument("--fragment", type=Path, default=None, metavar="PATH",
+                    help="also write the table to PATH (markdown), headed by the command, commit, date and machine")
     args = ap.parse_args()
     if args.quick and args.mixed:
         sys.exit("error: --quick and --mixed are two sizes; choose one")
@@ -657,6 +664,9 @@ async def main() -> None:
         print(f"(GRPO curves: {out / 'grpo_curves.png'})", file=sys.stderr)
     print(text)
     print(f"\n(written to {out / 'learning.md'} and {out / 'learning.png'})", file=sys.stderr)
+    if args.fragment is not None:
+        write_fragment(args.fragment, text)
+        print(f"(fragment written to {args.fragment})", file=sys.stderr)
     bench.store.close()
 
 

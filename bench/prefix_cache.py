@@ -26,6 +26,9 @@ started again.
 
     .venv/bin/python bench/prefix_cache.py                   # part 1, 3 tasks
     .venv/bin/python bench/prefix_cache.py --episodes 0 --eval 20 --alone
+
+``--fragment PATH`` also writes the printed tables to PATH, headed by the command, the commit,
+the date and the machine (``bench/_fragment.py``), for ``docs/results/``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from _fragment import tee_fragment
 
 from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
 from orchestrion.models.llama_cpp import LlamaCppModel
@@ -212,12 +216,16 @@ def main() -> None:
     ap.add_argument("--alone", action="store_true",
                     help="part 2: then run `now` alone with threads by load (what a user's eval gets)")
     ap.add_argument("--out", type=Path, default=Path("bench/out/prefix_cache"))
+    ap.add_argument("--fragment", type=Path, default=None, metavar="PATH",
+                    help="also write the printed tables to PATH (markdown), headed by the command, commit, date "
+                         "and machine; written only when the run ends without an error")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    if args.episodes:
-        part1(min(args.episodes, len(TASKS)), args.out)
-    if args.eval:
-        asyncio.run(part2(args.eval, args.out, args.alone))
+    with tee_fragment(args.fragment):
+        if args.episodes:
+            part1(min(args.episodes, len(TASKS)), args.out)
+        if args.eval:
+            asyncio.run(part2(args.eval, args.out, args.alone))
 
 
 if __name__ == "__main__":
