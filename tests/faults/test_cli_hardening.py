@@ -1,11 +1,12 @@
 """Hardening III for the CLI (issue 36): outputs that are special files (row 7), trace databases
 that are devices or someone else's SQLite file (rows 8, 9), ids that are not UTF-8 (row 11),
 ``--strategies`` and ``--set`` values that used to pass silently (row 16), and ``orchestrion run``
-stopped by SIGTERM or kill -9 (row 19). Every command runs as a real subprocess."""
+stopped by SIGTERM, kill -9 or a full disk (row 19). Every command runs as a real subprocess."""
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import sqlite3
 import stat
@@ -188,3 +189,22 @@ def test_a_killed_run_is_marked_interrupted_by_the_next_command(fault_server: Fa
     by_id = {r["id"]: r for r in episodes(db)}
     assert by_id[left["id"]]["status"] == "interrupted"
     assert [r["status"] for r in by_id.values() if r["id"] != left["id"]] == ["ok"]
+
+
+@pytest.mark.skipif(not hasattr(resource, "prlimit"), reason="needs Linux prlimit")
+def test_run_on_a_full_disk_is_one_line_and_the_next_command_marks_it(fault_server: FaultServer,
+                                                                      tmp_path: Path) -> None:
+    # the disk fills while the episode runs: its files may not grow any more (a 1-byte file-size limit),
+    # so the run cannot record how the episode ended; it says so in one line, and the next command closes it
+    proc, db = _start_hanging_run(fault_server, tmp_path, "full")
+    resource.prlimit(proc.pid, resource.RLIMIT_FSIZE, (1, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    stdout, stderr = proc.communicate(timeout=8 * TIMEOUT_S)
+    line = one_line_error(subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr))
+    assert f"trace store {db}: writes are failing (" in line and "the episode could not be closed" in line
+    assert "the next `orchestrion run` or `eval` marks it interrupted" in line
+    (left,) = episodes(db)
+    assert left["status"] == "running"
+    res = cli("run", "What is 2+2?", "--strategy", "direct", "--pool", str(fault_server.pool(tmp_path)), db=db)
+    assert res.returncode == 0, res.stderr
+    assert "note: marked the unfinished episodes of 1 stopped run(s) interrupted" in res.stderr
+    assert {r["id"]: r["status"] for r in episodes(db)}[left["id"]] == "interrupted"
