@@ -7,6 +7,9 @@
   reader cannot follow).
 - the options table of every strategy page ``docs/strategies/<name>.md``, between the markers
   ``<!-- options:begin -->`` and ``<!-- options:end -->``, from the strategy's pydantic ``Options``.
+- the README's results table, between ``<!-- results:NAME:start -->`` and
+  ``<!-- results:NAME:end -->``: a copy of the same block of ``docs/results/NAME.md`` (the results
+  page holds the numbers, with the command that made them; the README only shows its headline).
 
 Run ``python docs/gen_pages.py`` (``make docs`` does) after changing a command, an option or the
 public API; ``tests/docs/test_generated.py`` fails while a page differs from what this writes.
@@ -21,7 +24,10 @@ from pathlib import Path
 from typing import Any
 
 DOCS = Path(__file__).resolve().parent
+README = DOCS.parent / "README.md"
 BEGIN, END = "<!-- options:begin -->", "<!-- options:end -->"
+# results pages whose marked block the README shows, by name (docs/results/NAME.md)
+README_RESULTS = ["local-pool"]
 
 
 def _cell(text: object) -> str:
@@ -174,11 +180,38 @@ def with_table(text: str, table: str, where: str) -> str:
     return f"{head}{BEGIN}\n{table}{END}{tail}"
 
 
+# --- the README's results table ------------------------------------------------------------------
+
+def results_markers(name: str) -> tuple[str, str]:
+    return f"<!-- results:{name}:start -->", f"<!-- results:{name}:end -->"
+
+
+def results_block(text: str, name: str, where: str) -> str:
+    """What ``text`` holds between the markers of results block ``name`` (exactly one such block)."""
+    start, end = results_markers(name)
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        raise SystemExit(f"{where}: needs one {start} ... {end} block")
+    return text.split(start, 1)[1].split(end, 1)[0]
+
+
+def readme_markdown(readme: str) -> str:
+    """The README with each results block copied from its results page."""
+    for name in README_RESULTS:
+        page = DOCS / "results" / f"{name}.md"
+        block = results_block(page.read_text(encoding="utf-8"), name, str(page))
+        results_block(readme, name, str(README))  # the README has the markers
+        start, end = results_markers(name)
+        head, rest = readme.split(start, 1)
+        readme = f"{head}{start}{block}{end}{rest.split(end, 1)[1]}"
+    return readme
+
+
 def pages() -> dict[Path, str]:
     """Every generated page: path -> the text it should have."""
     from orchestrion.strategies.registry import strategies
 
-    out = {DOCS / "cli.md": cli_markdown(), DOCS / "api.md": api_markdown()}
+    out = {DOCS / "cli.md": cli_markdown(), DOCS / "api.md": api_markdown(),
+           README: readme_markdown(README.read_text(encoding="utf-8"))}
     index = DOCS / "strategies" / "index.md"
     out[index] = with_table(index.read_text(encoding="utf-8"), options_table("", shared=True), str(index))
     for name in strategies():

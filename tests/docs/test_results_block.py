@@ -1,0 +1,47 @@
+"""The README's results table is the results page's, not a second copy typed by hand.
+
+``docs/results/local-pool.md`` holds the headline table between ``<!-- results:local-pool:start -->``
+and ``<!-- results:local-pool:end -->``; ``python docs/gen_pages.py`` copies that block into the
+README. These tests fail while the two differ, and while a figure the README's results prose
+quotes is not on the results page.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.docs.test_generated import DOCS, _gen
+
+ROOT = DOCS.parent
+
+
+@pytest.mark.parametrize("name", _gen().README_RESULTS)
+def test_readme_results_block_is_the_results_pages(name: str) -> None:
+    gen = _gen()
+    page = DOCS / "results" / f"{name}.md"
+    block = gen.results_block(page.read_text(encoding="utf-8"), name, str(page))
+    shown = gen.results_block((ROOT / "README.md").read_text(encoding="utf-8"), name, "README.md")
+    assert "|---|" in block, f"{page}: the marked block holds no table"
+    assert shown == block, (f"README.md's results:{name} block differs from {page.relative_to(ROOT)}'s; "
+                            "edit the results page and run `python docs/gen_pages.py`")
+
+
+def test_the_readme_results_prose_quotes_only_figures_on_the_results_page() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Results", 1)[1].split("\n## ", 1)[0]
+    page = (DOCS / "results" / "local-pool.md").read_text(encoding="utf-8")
+    figures = re.findall(r"[+-]?\d+\.\d+(?: ± \d+\.\d+)?×?", section)
+    assert figures, "the README's results section quotes no figure: is the section still there?"
+    missing = [f for f in figures if f not in page]
+    assert not missing, f"README.md's results section quotes figures that docs/results/local-pool.md lacks: {missing}"
+
+
+def test_a_changed_results_page_is_copied_into_the_readme() -> None:
+    gen = _gen()
+    start, end = gen.results_markers("local-pool")
+    readme = f"intro\n{start}\n| old |\n{end}\nrest\n"
+    page = (DOCS / "results" / "local-pool.md").read_text(encoding="utf-8")
+    block = gen.results_block(page, "local-pool", "page")
+    assert gen.readme_markdown(readme) == f"intro\n{start}{block}{end}\nrest\n"
