@@ -23,6 +23,8 @@ def train_arm_lines(store: TraceStore, runs: Runs, base_label: str,
              "|---|---|---|---|---|---|"]
     for task, labels in runs.items():
         base = labels.get(base_label)
+        if base is not None and not base[0]:  # not run yet (--report-only mid-run): "" would match every run
+            base = None
         base_scores = scores(store, *base) if base else {}
         base_units = _units(store, base[0]) if base else 0.0
         for label, (run_id, strategy) in labels.items():
