@@ -92,14 +92,14 @@ def test_json_schema_is_repaired_until_it_fits(store: TraceStore) -> None:
     assert [json.loads(c["attrs"])["purpose"] for c in calls] == ["answer", "synthesis", "synthesis repair 1"]
 
 
-def test_tools_are_refused_with_what_is_supported(store: TraceStore) -> None:
+def test_tools_are_refused_by_a_strategy_that_cannot_call_them(store: TraceStore) -> None:
     tool = {"type": "function", "function": {"name": "add", "parameters": {"type": "object"}}}
     with serving(para_pool(), store) as url:
         with pytest.raises(openai.BadRequestError) as refused:
-            client(url).chat.completions.create(model="orchestrion/para", messages=ASK, tools=[tool])  # type: ignore[list-item]
+            client(url).chat.completions.create(model="orchestrion/cot", messages=ASK, tools=[tool])  # type: ignore[list-item]
         bad_format = httpx.post(url + "/chat/completions", timeout=30, json={
             "model": "orchestrion/para", "messages": ASK, "response_format": {"type": "json_schema"}})
-    assert refused.value.code == "tools_not_supported" and "response_format" in refused.value.message
+    assert refused.value.code == "tools_not_supported" and "orchestrion/direct" in refused.value.message
     assert bad_format.status_code == 400 and "json_schema" in bad_format.json()["error"]["message"]
     assert episodes(store) == []
 

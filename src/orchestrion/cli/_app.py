@@ -224,6 +224,9 @@ def serve(
         "--insecure-no-auth", help="allow a non-loopback --host without --api-key-env (anyone can use it)")] = False,
     errors_as_200: Annotated[bool, typer.Option(
         "--errors-as-200", help="an episode that ends in error answers 200 (status in the body), not 502")] = False,
+    client_tool_timeout_s: Annotated[float, typer.Option(
+        "--client-tool-timeout-s", min=0.001, help="how long an episode that called client tools waits for "
+        "their results (the client's next request); then it ends interrupted")] = 600.0,
 ) -> None:
     """Serve every strategy as a model over an OpenAI-compatible API (/v1/chat/completions), with
     /health and Prometheus /metrics. A non-loopback --host needs --api-key-env (or --insecure-no-auth)."""
@@ -235,7 +238,7 @@ def serve(
     run_server(ServeSettings(pool=pool, db=db, host=host, port=port, api_key_env=api_key_env,
                              max_concurrent=max_concurrent, max_body_bytes=max_body_kb * 1024,
                              max_tokens_cap=max_tokens_cap, insecure_no_auth=insecure_no_auth,
-                             errors_as_200=errors_as_200))
+                             errors_as_200=errors_as_200, client_tool_timeout_s=client_tool_timeout_s))
 
 
 @app.command()

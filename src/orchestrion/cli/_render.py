@@ -44,6 +44,10 @@ def _label(span: SpanRow, t0: float) -> str:
         model = f" on {attrs['model']}" if attrs.get("model") else ""
         shown = attrs.get("output") or attrs.get("error") or ""
         detail = f"{model} args={_short(attrs.get('args'))} → {_short(shown, 60)}"
+    elif span.kind == "client_tool":  # run by serve's client: its wait for the result is the time
+        wait = f" waited {attrs['wait_s']:g}s" if isinstance(attrs.get("wait_s"), int | float) else " waiting"
+        shown = attrs.get("output") or attrs.get("error") or ""
+        detail = f" [{attrs.get('call_id', '')}] args={_short(attrs.get('args'))} → {_short(shown, 60)}{wait}"
     elif span.kind == "call":
         detail = f" [{attrs.get('purpose', '')}] → {_short(attrs.get('output'))}"
         if attrs.get("prompt_evaluated") is not None:

@@ -25,6 +25,7 @@ from ..tools.registry import ToolRegistry
 from ..trace.tracer import Tracer
 from .answer import AnswerChannel
 from .budget import BudgetTracker
+from .client_tools import ClientToolCall, ClientTools
 from .fit import AnswerFormat
 from .options import LooseOptions, StrategyOptions, validate_options
 from .types import EpisodeStatus
@@ -92,8 +93,11 @@ class RunContext:
         answer: AnswerChannel | None = None,
         task: str | None = None,
         answer_format: AnswerFormat | None = None,
+        client_tools: ClientTools | None = None,
     ) -> None:
         self.pool = pool
+        # functions the episode's caller runs itself (serve's client tools); None = there are none
+        self.client_tools = client_tools
         # what the task's answer must look like (its options, a number); None = the task states nothing
         self.answer_format = answer_format
         # the task as the user wrote it: agent tools get it verbatim beside their subtask
@@ -152,7 +156,7 @@ class RunContext:
     def with_tools(self, tools: ToolRegistry) -> RunContext:
         """The same episode (pool, tracer, budget, options, answer channel, recorded results) with other tools."""
         child = RunContext(self.pool, tools, self.tracer, self.budget, self.strategy_options, answer=self.answer,
-                           task=self.task, answer_format=self.answer_format)
+                           task=self.task, answer_format=self.answer_format, client_tools=self.client_tools)
         child.results = self.results  # one list: the grounding rate sees every call of the episode
         child.direct_answers = self.direct_answers
         return child
@@ -161,7 +165,7 @@ class RunContext:
         """The same episode with another strategy's options: what a strategy that runs another
         inside its episode (``auto``) hands it. Decisions replayed so far stay counted."""
         child = RunContext(self.pool, self.tools, self.tracer, self.budget, options, answer=self.answer,
-                           task=self.task, answer_format=self.answer_format)
+                           task=self.task, answer_format=self.answer_format, client_tools=self.client_tools)
         child.results = self.results
         child.direct_answers = self.direct_answers
         child._decision_calls = self._decision_calls
@@ -369,3 +373,14 @@ class RunContext:
             result.output_tokens = result.output_tokens or span.usage.output_tokens
             result.cost_usd = span.usage.cost_usd
         return result
+
+    async def call_client_tools(self, calls: list[ClientToolCall]) -> list[ToolResult]:
+        """Have the episode's caller run ``calls`` (its client tools) and wait for the results, as
+        :mod:`.client_tools` says; an OK result is kept as a tool's is."""
+        if self.client_tools is None:
+            raise ValueError("this episode has no client tools")
+        results = await self.client_tools.call(calls, self.tracer, self.budget)
+        for result in results:
+            if result.ok:
+                self.record_result(result.output)
+        return results

@@ -29,6 +29,7 @@ from ..trace.store import TraceStore
 from ..trace.tracer import Tracer, new_id, reset_current, set_current
 from .answer import AnswerChannel
 from .budget import Budget, BudgetTracker
+from .client_tools import ClientTools, ClientToolsTimeout
 from .context import RunContext
 from .fit import AnswerFormat
 from .options import StrategyOptions, episode_options
@@ -53,6 +54,7 @@ class EpisodeArgs(TypedDict, total=False):
     episode_id: str | None  # None = a new id
     answer: AnswerChannel | None  # what the caller wants of the final answer
     review: Review | None  # fields added to the closing update once the answer is known
+    client_tools: ClientTools | None  # functions the caller runs itself (serve's client tools)
 
 
 class EpisodeStrategy(Protocol):
@@ -165,7 +167,8 @@ def _build(task: str | Task, strategy: EpisodeStrategy, args: EpisodeArgs) -> _E
     the_id = args.get("episode_id") or new_id()
     tracker = BudgetTracker(args.get("budget"))
     ctx = RunContext(the_pool, args.get("tools") or default_tools(), Tracer(the_store, the_id), tracker, settings,
-                     answer=args.get("answer"), task=the_task.prompt, answer_format=AnswerFormat.of(the_task))
+                     answer=args.get("answer"), task=the_task.prompt, answer_format=AnswerFormat.of(the_task),
+                     client_tools=args.get("client_tools"))
     started = time.time()
     the_store.start_episode(
         the_id, run_id=args.get("run_id"), task_id=the_task.id, epoch=args.get("epoch", 0), strategy=strategy.name,
@@ -192,6 +195,8 @@ async def _run(ep: _Episode, end: _Ending) -> None:
         end.status, end.error = EpisodeStatus.BUDGET_EXCEEDED, str(exc)
     except TimeoutError:
         end.status, end.error = EpisodeStatus.BUDGET_EXCEEDED, f"budget exceeded: wall_s {wall_s:g}s reached"
+    except ClientToolsTimeout as exc:  # the client never sent its tools' results: the trace is kept
+        end.status, end.error = EpisodeStatus.INTERRUPTED, str(exc)
     except OrchestrionError as exc:
         end.status, end.error = EpisodeStatus.ERROR, str(exc)
     except asyncio.CancelledError:

@@ -56,6 +56,7 @@ from typing import Any
 import orjson
 
 from ..models.types import Usage
+from ..runtime.client_tools import ClientToolCall
 from ..runtime.episode import EpisodeResult
 from ..status import EpisodeStatus
 from ..trace.bus import EventType, TraceEvent
@@ -113,6 +114,29 @@ def completion_body(cid: str, created: int, model: str, end: Ending) -> dict[str
                      "finish_reason": end.finish, "stop_reason": end.stop_reason, "logprobs": None}],
         "usage": usage_body(end.result.usage),
         "orchestrion": end.ext,
+    }
+
+
+def tool_call_items(calls: list[ClientToolCall]) -> list[dict[str, Any]]:
+    """``message.tool_calls``: each call's id, ``function`` type, name and JSON-string arguments."""
+    return [{"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments_json}}
+            for c in calls]
+
+
+def tool_calls_body(cid: str, created: int, model: str, calls: list[ClientToolCall], usage: Usage,
+                    ext: dict[str, Any]) -> dict[str, Any]:
+    """A ``chat.completion`` that ends with client tool calls (``finish_reason: "tool_calls"``): the
+    episode waits for their results (``orchestrion.status`` ``running``)."""
+    return {
+        "id": cid,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "system_fingerprint": fingerprint(EpisodeStatus.RUNNING, str(ext.get("trace_id"))),
+        "choices": [{"index": 0, "finish_reason": "tool_calls", "stop_reason": None, "logprobs": None,
+                     "message": {"role": "assistant", "content": None, "tool_calls": tool_call_items(calls)}}],
+        "usage": usage_body(usage),
+        "orchestrion": ext,
     }
 
 

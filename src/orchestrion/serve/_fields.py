@@ -53,12 +53,21 @@ def _ignored(why: str) -> Rule:
 _SAMPLING = ("each role of an episode decodes at its own temperature (decisions and synthesis greedy "
              "by default: small models miscopy digits when sampled); set orchestrion.options "
              "decision_temperature, synthesis_temperature or agent_temperature instead")
-_TOOLS = ("function calling is not supported: each orchestrion/<strategy> model runs its own tools and "
+_TOOLS = ("function calling is not supported here: each orchestrion/<strategy> model runs its own tools and "
           "answers with text (response_format json_object or json_schema gives structured answers)")
+_CLIENT_TOOLS = ("function tools the strategy may call (direct: instead of answering; para: beside the pool's "
+                 "tools, marked as client tools): a call is answered with message.tool_calls and finish_reason "
+                 "'tool_calls', its arguments valid for the tool's JSON schema (constrained decoding where the "
+                 "backend has it); the next request, carrying the tool messages, continues the same episode. "
+                 "A malformed tool is a 400")
+_CHOICE = ("'none' (no tool is offered), 'auto', 'required' (a tool must be called) or "
+           "{'type': 'function', 'function': {'name': ...}} (that one must be called); a name that is not in "
+           "tools is a 400")
 _LOGPROBS = ("token log-probs of the answer are not available: the answer is written by the episode "
              "(a synthesis grounded on results, its citations replaced by them, or several model calls), "
              "and the runtime records log-probs only for orchestrator decisions (see the trace)")
 _NO_CHOICE = ("tool_choice: only 'none' or 'auto' (no function is called: there are no client tools)")
+_LEGACY = "the legacy functions field is not supported: send the functions as tools"
 _RECORDED = "recorded in the episode's task metadata (the trace)"
 _CACHE = "prompt prefixes are cached automatically, per model (Orchestrion's prefix cache)"
 _MODEL = Rule("honoured", "the strategy that answers: orchestrion/<strategy> (404 for another)")
@@ -66,8 +75,6 @@ _META = Rule("honoured", _RECORDED)
 _IGNORED_COMMON: dict[str, Rule] = {
     "temperature": _ignored(_SAMPLING),
     "top_p": _ignored(_SAMPLING),
-    "parallel_tool_calls": _ignored("no client tool is ever called; each strategy runs its own tools, "
-                                    "in parallel where it chooses"),
     "store": _ignored("every episode is stored in the trace store whatever this says (nothing is lost)"),
     "service_tier": _ignored("this server has one tier, bounded by its --max-concurrent"),
     "prompt_cache_key": _ignored(_CACHE),
@@ -110,10 +117,13 @@ CHAT_FIELDS: dict[str, Rule] = {
     "response_format": Rule("honoured", "text, json_object or json_schema: the answer is one JSON value "
                             "that fits (constrained decoding where the backend has it, else repaired)"),
     "modalities": Rule("honoured", "text only ('audio' is a 400)", _modalities),
-    "tools": _refused(_TOOLS),
-    "functions": _refused(_TOOLS),
-    "tool_choice": Rule("honoured", _NO_CHOICE + "; another value is a 400", _tool_choice),
-    "function_call": Rule("honoured", "as tool_choice: 'none' or 'auto' only", _tool_choice),
+    "tools": Rule("honoured", _CLIENT_TOOLS),
+    "functions": _refused(_LEGACY),
+    "tool_choice": Rule("honoured", _CHOICE),
+    "function_call": Rule("honoured", "legacy, with functions (which are refused): 'none' or 'auto' only",
+                          _tool_choice),
+    "parallel_tool_calls": Rule("honoured", "false: at most one client tool call per response (para may call "
+                                "several client tools in one round otherwise; direct calls one at a time)"),
     "logprobs": _refused(_LOGPROBS),
     "top_logprobs": _refused(_LOGPROBS),
     "logit_bias": _refused("token ids differ between the pool's models, and the backends take no bias"),
@@ -141,6 +151,8 @@ RESPONSES_FIELDS: dict[str, Rule] = {
                  "verbosity is ignored"),
     "tools": _refused(_TOOLS),
     "tool_choice": Rule("honoured", _NO_CHOICE + "; another value is a 400", _tool_choice),
+    "parallel_tool_calls": _ignored("no client tool is ever called; each strategy runs its own tools, "
+                                    "in parallel where it chooses"),
     "max_tool_calls": _ignored("the strategy's own tool calls are bounded by orchestrion.budget (steps)"),
     "top_logprobs": _refused(_LOGPROBS),
     "include": Rule("honoured", "nothing extra can be included: a non-empty list is a 400",

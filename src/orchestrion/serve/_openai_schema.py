@@ -19,34 +19,19 @@ Request
     ``response_format`` ``{"type": "json_object"}`` or ``{"type": "json_schema", "json_schema":
     {"schema": ...}}`` makes the answer one JSON value (the synthesis writes it through the
     structured-output path: constrained decoding where the backend has it, else the schema in
-    the prompt and bounded repairs; the type and required keys are checked). ``tools`` (function
-    calling) is refused with a 400: a strategy chooses and runs its own tools. ``stop`` cuts the
+    the prompt and bounded repairs; the type and required keys are checked). ``tools`` are client
+    tools the strategy may call (:mod:`orchestrion.serve._client_tools`). ``stop`` cuts the
     answer (:mod:`orchestrion.serve._stop`), ``seed`` seeds the episode. Every other field of
     OpenAI's schema is typed (a bad type is a 400) and either honoured, refused with a 400 that
     says why, or accepted and ignored for a stated reason, listed back in the response
     (:mod:`orchestrion.serve._fields`); fields no OpenAI schema has are listed back as ignored.
 
 Conversation -> task prompt
-    The last ``user`` message is the task. With nothing before it, the prompt is exactly its
-    text. Otherwise earlier messages become context, in this layout::
-
-        Instructions:
-        <system and developer messages, in order, blank-line separated>
-
-        Conversation so far:
-        User: <text>
-        Assistant: <text>
-        Tool result (name): <text>
-
-        Current request:
-        <the last user message>
-
-    Messages after the last user message are ignored. Content may be a string or a list of
-    ``text`` parts (an assistant's ``refusal`` part is read as text); an image, audio or file
-    part is a 400: the pool's models read text.
+    See :mod:`orchestrion.serve._conversation`; client tools (``tools``, ``tool_choice``,
+    ``parallel_tool_calls``) in :mod:`orchestrion.serve._client_tools`.
 
 Errors
-    ``{"error": {message, type, param, code}}``: 400 malformed body, ``tools``, or a token
+    ``{"error": {message, type, param, code}}``: 400 malformed body, a malformed tool, or a token
     budget over the cap, 401 a missing or wrong ``Authorization: Bearer`` key (with ``--api-key-env``),
     404 unknown model or path, 413 a body over ``--max-body-kb``, 429 more than
     ``--max-concurrent`` episodes in flight (with ``Retry-After``), 502 an episode that ended in
@@ -64,45 +49,24 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
 
 from ..runtime.budget import Budget
+from ..runtime.client_tools import ClientToolSpec
 from ..strategies.registry import strategies
+from ._api_error import ApiError as ApiError
+from ._api_error import error_body as error_body
+from ._conversation import TEXT_PARTS as TEXT_PARTS
+from ._conversation import ChatMessage as ChatMessage
+from ._conversation import check_tool_messages
+from ._conversation import task_prompt as task_prompt
+from ._conversation import text_of as text_of
 from ._fields import CHAT_FIELDS, Rule, screen, unread_keys
+from ._tool_spec import tool_spec
 
 MODEL_PREFIX = "orchestrion/"
-TEXT_PARTS = ("text", "input_text", "output_text", "refusal")  # content parts read as text
 PART_KEYS = frozenset({"type", "text", "refusal"})  # what is read of a content part
 M = TypeVar("M", bound=BaseModel)
 
 
-class ApiError(Exception):
-    """An error returned to the client as ``{"error": {message, type, param, code}}``."""
-
-    def __init__(self, status: int, message: str, *, code: str, type: str = "invalid_request_error",
-                 param: str | None = None, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.code = code
-        self.type = type
-        self.param = param
-        self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.message, type=self.type, code=self.code, param=self.param)
-
-
-def error_body(message: str, *, type: str, code: str | None, param: str | None = None) -> dict[str, Any]:
-    return {"error": {"message": message, "type": type, "param": param, "code": code}}
-
-
 # -- request ----------------------------------------------------------------------
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
-    content: str | list[dict[str, Any]] | None = None
-    name: str | None = None
-
-
 class OrchestrionExtra(BaseModel):
     """The ``orchestrion`` request field (with the official client: ``extra_body={"orchestrion": {...}}``)."""
 
@@ -192,6 +156,12 @@ class ChatRequest(BaseModel):
     moderation: dict[str, Any] | None = _field("moderation")
     orchestrion: OrchestrionExtra = Field(default_factory=OrchestrionExtra, description=_about("orchestrion"))
     _ignored: list[str] = PrivateAttr(default_factory=list)
+    _spec: ClientToolSpec | None = PrivateAttr(default=None)
+
+    @property
+    def client_tools(self) -> ClientToolSpec | None:
+        """The client tools offered (``tools``, ``tool_choice``, ``parallel_tool_calls``), checked."""
+        return self._spec
 
     @property
     def ignored(self) -> list[str]:
@@ -265,6 +235,8 @@ def parse_request(body: bytes) -> ChatRequest:
                        code="invalid_request", param="stop")
     for i, message in enumerate(req.messages):
         req._ignored += check_parts(message.content, f"messages.{i}.content")
+    check_tool_messages(req.messages)
+    req._spec = tool_spec(req.tools, req.tool_choice, req.parallel_tool_calls)
     req.json_schema  # noqa: B018 - a json_schema format without its schema is a 400 now, not later
     return req
 
@@ -324,43 +296,3 @@ def server_error(exc: BaseException) -> ApiError:
     """A 500 whose message is the error's first line."""
     line = (str(exc).splitlines() or [type(exc).__name__])[0]
     return ApiError(500, line, type="server_error", code="orchestrion_error")
-
-
-# -- conversation -> task prompt ------------------------------------------------------
-def text_of(message: ChatMessage) -> str:
-    content = message.content
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    return "\n".join(str(p.get("text", p.get("refusal", ""))) for p in content if p.get("type") in TEXT_PARTS)
-
-
-def task_prompt(messages: list[ChatMessage]) -> str:
-    """The task prompt for a conversation (see the module docstring)."""
-    last = max((i for i, m in enumerate(messages) if m.role == "user"), default=None)
-    if last is None:
-        raise ApiError(400, "'messages': there is no message with role 'user' to answer",
-                       code="invalid_request", param="messages")
-    request = text_of(messages[last]).strip()
-    if not request:
-        raise ApiError(400, f"'messages.{last}.content': the last user message has no text",
-                       code="invalid_request", param=f"messages.{last}.content")
-    instructions = [text_of(m).strip() for m in messages[:last] if m.role in ("system", "developer")]
-    turns = [_turn(m) for m in messages[:last] if m.role not in ("system", "developer")]
-    parts = []
-    if any(instructions):
-        parts.append("Instructions:\n" + "\n\n".join(t for t in instructions if t))
-    if turns:
-        parts.append("Conversation so far:\n" + "\n".join(turns))
-    if not parts:
-        return request
-    return "\n\n".join([*parts, "Current request:\n" + request])
-
-
-def _turn(message: ChatMessage) -> str:
-    if message.role in ("tool", "function"):
-        label = f"Tool result ({message.name})" if message.name else "Tool result"
-    else:
-        label = message.role.capitalize()
-    return f"{label}: {text_of(message).strip()}"

@@ -15,7 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +32,12 @@ from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
 from ..trace.tracer import new_id
 from ._bodies import Ending
+from ._client_tools import Session, Sessions
 from ._exposure import api_key, key_matches
 from ._failures import failure, pool_secrets
 from ._metrics import ServeMetrics
 from ._openai_schema import MODEL_PREFIX, ApiError, ChatRequest, episode_budget, episode_options, task_prompt
-from ._stream import DONE, StreamItem, Watch, complete_ending, episode_result, stream_items
+from ._stream import DONE, Paused, StreamItem, Watch, complete_ending, episode_result, stream_items
 
 DISCONNECT_POLL_S = 0.25  # non-streamed requests: how often the connection is checked
 SHUTDOWN_WAIT_S = 10.0  # a stopping server waits this long for its cancelled episodes to be recorded
@@ -57,6 +58,7 @@ class ServeSettings:
     max_tokens_cap: int | None = None
     insecure_no_auth: bool = False
     errors_as_200: bool = False  # an episode ending in error answers 200 instead of 502 (see _failures)
+    client_tool_timeout_s: float = 600.0  # how long an episode waits for its client tool results (_client_tools)
 
 
 @dataclass
@@ -68,6 +70,8 @@ class Run:
     episode: asyncio.Task[EpisodeResult]
     watch: Watch
     strategy: str
+    session: Session | None = None  # a client tool conversation (several requests, one episode)
+    resumed: bool = False  # this request continues a paused episode
 
     @property
     def headers(self) -> dict[str, str]:
@@ -93,6 +97,7 @@ class Service:
         self.started = time.monotonic()
         self.secrets = pool_secrets(pool)  # never sent to a client
         self.closing = False  # the server is stopping: no new episode, those in flight cancelled
+        self.sessions = Sessions(settings.client_tool_timeout_s)  # episodes paused for client tool results
 
     # -- request checks --------------------------------------------------------------
     def authorize(self, request: Request) -> None:
@@ -141,6 +146,13 @@ class Service:
         return bytes(body)
 
     # -- episodes --------------------------------------------------------------------
+    def begin(self, req: ChatRequest, strategy: str, cid: str) -> Run:
+        """The paused episode ``req`` continues with its client tool results, else a new one."""
+        if not self.closing and (session := self.sessions.resume(req)) is not None:
+            assert session.episode is not None and session.watch is not None
+            return Run(req, cid, session.episode, session.watch, strategy, session, resumed=True)
+        return self.start(req, strategy, cid)
+
     def start(self, req: ChatRequest, strategy: str, cid: str) -> Run:
         """Start the episode, watched from its first event, or 429 when the server is full.
         No await between the check and the start."""
@@ -158,6 +170,7 @@ class Service:
         task = Task(prompt=prompt, id=cid, metadata={"source": "serve", "model": req.model,
                                                         "messages": len(req.messages), **req.recorded})
         episode_id = new_id()
+        session = self.sessions.open(req, strategy)
         keep_200 = req.orchestrion.errors_as_200
         watch = Watch(self.store, episode_id, live=req.stream, json_schema=req.json_schema, secrets=self.secrets,
                       errors_as_200=self.settings.errors_as_200 if keep_200 is None else keep_200,
@@ -165,12 +178,15 @@ class Service:
         episode = asyncio.create_task(run_episode(
             task, get_strategy(strategy), pool=self.pool, tools=self.tools, store=self.store, budget=budget,
             options=options, run_id=self.run_id, episode_id=episode_id, answer=watch.channel,
+            client_tools=session.tools if session is not None else None,
         ))
         watch.attach(episode)
+        if session is not None:
+            self.sessions.attach(session, episode, watch)
         self.inflight.add(episode)
         self.metrics.in_flight.set(len(self.inflight))
         episode.add_done_callback(lambda done: self._finished(done, strategy, f"{episode_id} ({req.model}, {cid})"))
-        return Run(req, cid, episode, watch, strategy)
+        return Run(req, cid, episode, watch, strategy, session)
 
     def _finished(self, episode: asyncio.Task[EpisodeResult], strategy: str, which: str) -> None:
         self.inflight.discard(episode)
@@ -189,6 +205,9 @@ class Service:
     async def stream(self, run: Run, requested: float) -> AsyncIterator[StreamItem]:
         """Once the episode has started (its row committed): its stream items. Errors before that
         (a bad option, a failure before the row) are raised here, before any byte is sent."""
+        if run.resumed:
+            return self._reported(run, stream_items(run.episode, run.watch, [], run.req.stops, run.req.ignored,
+                                                    requested))
         try:
             head = await run.watch.head()
         except BaseException:
@@ -200,7 +219,20 @@ class Service:
             episode_result(run.episode, run.watch.episode_id)  # raises the 500 (or 400 for a bad option)
             raise ApiError(500, "the episode ended without a trace row", type="server_error",
                            code="orchestrion_error")
-        return stream_items(run.episode, run.watch, head, run.req.stops, run.req.ignored, requested)
+        return self._reported(run, stream_items(run.episode, run.watch, head, run.req.stops, run.req.ignored,
+                                                requested))
+
+    async def _reported(self, run: Run, items: AsyncIterator[StreamItem]) -> AsyncIterator[StreamItem]:
+        """The stream, its ending's usage what the episode spent since its previous response."""
+        async for item in items:
+            yield self.since_reported(run, item) if isinstance(item, Ending) else item
+
+    @staticmethod
+    def since_reported(run: Run, end: Ending) -> Ending:
+        """A client tool conversation's last response reports what was spent since the previous one."""
+        if run.session is None or not run.session.tools.called:
+            return end
+        return replace(end, result=replace(end.result, usage=run.session.since_reported(end.result.usage)))
 
     def observe(self, run: Run) -> None:
         """A streamed answer ended: its time to first token and inter-token gaps go to the metrics."""
@@ -208,24 +240,29 @@ class Service:
             self.metrics.ttft.observe(run.watch.first_text_at)
         self.metrics.answer_stream(run.strategy, run.watch.sent_at)
 
-    async def complete(self, request: Request, run: Run) -> Ending | Response:
-        """Wait for the episode: how it ended, a 499 once the client has gone, or its ApiError."""
-        episode, watch = run.episode, run.watch
+    async def complete(self, request: Request, run: Run) -> Ending | Paused | Response:
+        """Wait for the episode: how it ended, the client tool calls it paused for, a 499 once the
+        client has gone, or its ApiError."""
+        episode, watch, turn = run.episode, run.watch, run.watch.turn
         try:
-            while not episode.done():
-                await asyncio.wait({episode}, timeout=DISCONNECT_POLL_S)
-                if not episode.done() and await request.is_disconnected():
+            while not episode.done() and not turn.done():
+                waits: list[asyncio.Future[Any]] = [episode, turn]
+                await asyncio.wait(waits, timeout=DISCONNECT_POLL_S)
+                if not episode.done() and not turn.done() and await request.is_disconnected():
                     episode.cancel()  # run_episode records the episode as cancelled
                     await asyncio.wait({episode}, timeout=10)
                     return Response(status_code=499)  # nobody reads it
         finally:
-            if not episode.done():
-                episode.cancel()
-            await watch.settle()
+            if not watch.waiting:
+                if not episode.done():
+                    episode.cancel()
+                await watch.settle()
+        if turn.done():
+            return turn.result()
         result = episode_result(episode, watch.episode_id)
         if not watch.errors_as_200 and (failed := failure(result, watch.secrets)) is not None:
             raise failed
-        return complete_ending(result, watch, run.req.stops, run.req.ignored)
+        return self.since_reported(run, complete_ending(result, watch, run.req.stops, run.req.ignored))
 
     def stop_episodes(self) -> None:
         """The server stops: refuse new episodes and cancel those in flight (each is recorded

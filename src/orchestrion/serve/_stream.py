@@ -4,6 +4,10 @@ A :class:`Watch` subscribes to the episode's trace events on the store's in-proc
 sets the :class:`~orchestrion.runtime.answer.AnswerChannel` the synthesis streams into,
 both *before* the episode starts, so nothing is missed. Events and answer pieces arrive in one
 queue, in the order they happened on this loop; the episode's end puts a marker behind them.
+
+An episode that calls client tools (:mod:`orchestrion.serve._client_tools`) pauses: its watch
+gets a :class:`Paused` (the calls), which ends the response (the turn); the episode and its
+watch live on, and the request that continues it starts a new turn on the same watch.
 """
 
 from __future__ import annotations
@@ -11,13 +15,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from .._errors import ConfigError, OrchestrionError, TraceError
+from ..models.types import Usage
 from ..runtime.answer import AnswerChannel, text_pieces
+from ..runtime.client_tools import ClientToolCall
 from ..runtime.episode import EpisodeResult
 from ..status import EpisodeStatus
 from ..trace.bus import EventType, TraceEvent
@@ -35,8 +42,17 @@ class _Done:
     """Queued behind everything once the episode's task has ended."""
 
 
+@dataclass(frozen=True)
+class Paused:
+    """The episode waits for client tool calls: how this response ends."""
+
+    calls: list[ClientToolCall]
+    usage: Usage  # what the episode spent since the previous response
+    ext: dict[str, Any]  # the response's ``orchestrion`` field
+
+
 DONE = _Done()
-Item = TraceEvent | str | _Done
+Item = TraceEvent | str | _Done | Paused
 
 
 class Watch:
@@ -59,7 +75,26 @@ class Watch:
         self.first_text_at: float | None = None
         self.sent_at: list[float] = []  # monotonic time of each answer delta sent (streamed)
         self.observe = observe  # sees every event of the episode, in order (the metrics)
+        self.turn: asyncio.Future[Paused] = self.loop.create_future()  # set when the episode pauses
+        self.waiting = False  # the episode waits for client tool results (do not cancel it)
         self._pump = asyncio.create_task(self._run())
+
+    def pause(self, paused: Paused) -> None:
+        """The episode waits for client tool calls: this turn ends with them."""
+        self.waiting = True
+        if self.live:
+            self.queue.put_nowait(paused)
+        if not self.turn.done():
+            self.turn.set_result(paused)
+
+    def new_turn(self, *, live: bool) -> None:
+        """A request continues the paused episode: its answer and events go to that request."""
+        self.live, self.waiting = live, False
+        self.channel.on_text = self._push if live else None
+        self.turn = self.loop.create_future()
+        self.first_text_at, self.sent_at = None, []
+        while not self.queue.empty():
+            self.queue.get_nowait()
 
     def _push(self, piece: str) -> None:  # any thread: the embedded model generates in a worker
         self.loop.call_soon_threadsafe(self.queue.put_nowait, piece)
@@ -112,7 +147,8 @@ class Watch:
         while True:
             item = await self.queue.get()
             items.append(item)
-            if item is DONE or (isinstance(item, TraceEvent) and item.type is EventType.EPISODE_STARTED):
+            if item is DONE or isinstance(item, Paused) or (
+                    isinstance(item, TraceEvent) and item.type is EventType.EPISODE_STARTED):
                 return items
 
 
@@ -149,9 +185,10 @@ class EpisodeStream(StreamingResponse):
         try:
             await super().__call__(scope, receive, send)
         finally:
-            if not self.episode.done():
-                self.episode.cancel()
-            self.watch.close()
+            if not self.watch.waiting:  # an episode paused for client tools lives on
+                if not self.episode.done():
+                    self.episode.cancel()
+                self.watch.close()
 
 
 class KeepAlive:
@@ -160,8 +197,9 @@ class KeepAlive:
 
 KEEP_ALIVE = KeepAlive()
 # what a response stream is made of: answer text (str), a progress item (dict), a keep-alive,
-# then the Ending, or an ApiError standing for the episode's failure (the last item either way)
-StreamItem = str | dict[str, Any] | KeepAlive | Ending | ApiError
+# then the Ending, the client tool calls the episode paused for, or an ApiError standing for the
+# episode's failure (the last item in every case)
+StreamItem = str | dict[str, Any] | KeepAlive | Ending | Paused | ApiError
 
 
 async def stream_items(episode: asyncio.Task[EpisodeResult], watch: Watch, head: list[Item], stops: Sequence[str],
@@ -180,6 +218,8 @@ async def stream_items(episode: asyncio.Task[EpisodeResult], watch: Watch, head:
         return out
 
     def render(item: Item) -> str | dict[str, Any] | None:
+        if isinstance(item, Paused):
+            return None
         if isinstance(item, str):
             return sent(cutter.feed(item)) or None
         if isinstance(item, TraceEvent):
@@ -196,6 +236,9 @@ async def stream_items(episode: asyncio.Task[EpisodeResult], watch: Watch, head:
             except TimeoutError:
                 yield KEEP_ALIVE
                 continue
+        if isinstance(item, Paused):
+            yield item
+            return
         if item is DONE:
             await watch.settle()
             while not watch.queue.empty():
@@ -257,6 +300,14 @@ async def chat_sse(req: ChatRequest, cid: str, items: AsyncIterator[StreamItem],
             yield SSE_KEEPALIVE
         elif isinstance(item, ApiError):
             yield sse(item.body())
+        elif isinstance(item, Paused):
+            for i, call in enumerate(item.calls):  # as vLLM and OpenAI send them: name first, then arguments
+                head = {"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+                yield chunk({"tool_calls": [head]})
+                yield chunk({"tool_calls": [{"index": i, "function": {"arguments": call.arguments_json}}]})
+            yield chunk({}, finish="tool_calls", ext=item.ext)
+            if req.include_usage:
+                yield chunk(None, usage=item.usage)
         else:
             on_result(item.result)
             done = fingerprint(item.result.status, trace_id)

@@ -55,14 +55,14 @@ from ..strategies.registry import strategies
 from ..tools.defaults import default_tools
 from ..tools.registry import ToolRegistry
 from ..trace.store import TraceStore
-from ._bodies import completion_body
+from ._bodies import completion_body, tool_calls_body
 from ._exposure import HostGuard, api_key, loopback, refuse_exposure
 from ._metrics import MetricsMiddleware
 from ._openai_schema import MODEL_PREFIX, ApiError, ChatRequest, error_body, parse_request, server_error, strategy_of
 from ._recover import own_run, recover_dead_runs
 from ._responses import ResponsesRequest, new_response_id, parse_responses, response_body, responses_sse
 from ._service import Run, ServeSettings, Service
-from ._stream import EpisodeStream, chat_sse
+from ._stream import EpisodeStream, Paused, chat_sse
 from .viewer import static_dir
 
 __all__ = ["ServeSettings", "base_url", "bind_socket", "check_exposure", "create_app", "run_server"]
@@ -154,7 +154,7 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
         req = parse_request(await svc.read_body(request))
         strategy = strategy_of(req.model)
         try:
-            run = svc.start(req, strategy, f"chatcmpl-{uuid.uuid4().hex}")
+            run = svc.begin(req, strategy, f"chatcmpl-{uuid.uuid4().hex}")
             if req.stream:
                 items = await svc.stream(run, requested)
                 body = chat_sse(req, run.cid, items, lambda _: svc.observe(run), run.watch.episode_id,
@@ -163,6 +163,9 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
             end = await svc.complete(request, run)
             if isinstance(end, Response):
                 return end
+            if isinstance(end, Paused):  # the episode waits for the client's tool results
+                calls = tool_calls_body(run.cid, int(time.time()), req.model, end.calls, end.usage, end.ext)
+                return JSONResponse(calls, headers={**run.headers, "X-Orchestrion-Status": "running"})
             return JSONResponse(completion_body(run.cid, int(time.time()), req.model, end),
                                 headers={**run.headers, "X-Orchestrion-Status": end.result.status})
         except (ApiError, asyncio.CancelledError):
@@ -186,6 +189,9 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
             end = await svc.complete(request, run)
             if isinstance(end, Response):
                 return end
+            if isinstance(end, Paused):
+                raise ApiError(500, "a Responses request paused for client tools", type="server_error",
+                               code="orchestrion_error")
             return JSONResponse(response_body(run.cid, time.time(), req, end=end),
                                 headers={**run.headers, "X-Orchestrion-Status": end.result.status})
         except (ApiError, asyncio.CancelledError):

@@ -1,6 +1,8 @@
 """Baselines: single-model strategies to compare orchestration against.
 
-- ``direct``: one call, no tools (on option ``model``, default the orchestrator).
+- ``direct``: one call, no tools (on option ``model``, default the orchestrator); given client
+  tools (serve's ``tools``), each decision answers or calls one of them
+  (:func:`~orchestrion.runtime.client_actions.answer_with_client_tools`).
 - ``program``: the coder agent writes and runs a program for the whole task.
 - ``cot``: one chain-of-thought call; the answer is its marked final answer, else its
   last line (:func:`~orchestrion._text.extract_answer`, as the scorers read it).
@@ -26,6 +28,7 @@ from .._errors import BudgetExceededError
 from .._prompts import render
 from .._text import extract_answer, normalize
 from ..models.types import GenerateConfig, msg
+from ..runtime.client_actions import answer_with_client_tools
 from ..runtime.context import RunContext
 from ..runtime.options import POOL_MODEL, StrategyOptions
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
@@ -82,12 +85,16 @@ class Direct(Strategy):
     name = "direct"
     summary = "one call to the orchestrator model, no tools"
     answers_directly = True
+    calls_client_tools = True  # serve's client tools: it answers or calls one per decision
 
     class Options(ModelOptions):
         """``model``, ``temperature``, ``max_tokens`` and ``seed`` of the one call."""
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
+        if ctx.client_tools is not None and ctx.client_tools.spec.offered:  # serve's client tools: it may call them
+            text = await answer_with_client_tools(task.prompt, ctx, model=_model(ctx, opts), config=_config(ctx, opts))
+            return Answer(text, meta={"model": _model(ctx, opts), "client_tool_calls": ctx.client_tools.called})
         out = await answer_directly(task.prompt, ctx, model=_model(ctx, opts), config=_config(ctx, opts))
         return Answer(out.text.strip(), meta={"model": out.model})
 

@@ -1,0 +1,247 @@
+"""Client tools through `orchestrion serve` (chat completions): the strategy calls a request's
+``tools``, the response carries ``tool_calls``, and the client's next request with the ``tool``
+messages continues the same episode. On the scripted model (deterministic decisions) and the
+official openai client (the wire shape, streamed and not)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
+
+from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, TraceStore
+from tests.serve.test_server import ASK, client, episodes, ext, post, serving
+
+ADD: ChatCompletionToolParam = {"type": "function", "function": {
+    "name": "add", "description": "adds two integers",
+    "parameters": {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                   "required": ["a", "b"]}}}
+NOW: ChatCompletionToolParam = {"type": "function", "function": {"name": "now", "description": "the time"}}
+TOOLS = [ADD, NOW]
+CALL = json.dumps({"tool": "add", "arguments": {"a": 2, "b": 3}})
+ANSWER = json.dumps({"answer": "2+3 is 5"})
+
+
+class Scripted:
+    """Decisions (constrained calls) from a list, the last repeating; plain calls answer ``plain``.
+    Keeps each decision's messages and JSON schema."""
+
+    def __init__(self, decisions: list[str], plain: str = "5") -> None:
+        self.decisions = list(decisions)
+        self.plain = plain
+        self.seen: list[tuple[list[Message], dict[str, Any] | None]] = []
+
+    def __call__(self, messages: Sequence[Message], config: GenerateConfig) -> str:
+        self.seen.append((list(messages), config.json_schema))
+        if config.json_schema is None:
+            return self.plain
+        return self.decisions.pop(0) if len(self.decisions) > 1 else self.decisions[0]
+
+    def pool(self) -> Pool:
+        return Pool.from_models([ScriptedModel(self)])
+
+
+def spans(store: TraceStore, trace_id: str, kind: str) -> list[dict[str, Any]]:
+    return store.query("SELECT * FROM spans WHERE episode_id = ? AND kind = ? ORDER BY started", (trace_id, kind))
+
+
+def test_a_tool_call_then_its_result_continue_one_episode(store: TraceStore) -> None:
+    model = Scripted([CALL, ANSWER])
+    with serving(model.pool(), store) as url:
+        c = client(url)
+        first = c.chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS)
+        choice = first.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None
+        [call] = choice.message.tool_calls or []
+        assert call.id.startswith("call_") and call.type == "function" and call.function.name == "add"
+        assert json.loads(call.function.arguments) == {"a": 2, "b": 3}
+        assert ext(first)["status"] == "running" and ext(first)["waiting_for"] == [call.id]
+        assert first.usage is not None and first.usage.completion_tokens > 0
+        messages: list[ChatCompletionMessageParam] = [
+            *ASK, choice.message.model_dump(exclude_none=True),  # type: ignore[list-item]
+            {"role": "tool", "tool_call_id": call.id, "content": "5"}]
+        time.sleep(0.2)  # the wait is measured
+        second = c.chat.completions.create(model="orchestrion/direct", messages=messages, tools=TOOLS)
+    assert second.choices[0].message.content == "2+3 is 5" and second.choices[0].finish_reason == "stop"
+    trace_id = ext(first)["trace_id"]
+    assert ext(second)["trace_id"] == trace_id and ext(second)["status"] == "ok"
+    assert len(episodes(store)) == 1  # one episode over both requests
+    ep = store.episode(trace_id)
+    assert ep is not None and ep.status == "ok" and ep.answer == "2+3 is 5"
+    assert second.usage is not None and first.usage is not None
+    assert first.usage.total_tokens + second.usage.total_tokens == ep.input_tokens + ep.output_tokens
+    # the second decision read the result
+    last_messages, schema = model.seen[-1]
+    assert schema is not None and "Result of add (status ok): 5" in last_messages[-1]["content"]
+    [span] = spans(store, trace_id, "client_tool")
+    attrs = json.loads(span["attrs"])
+    assert span["name"] == "add" and span["status"] == "ok"
+    assert attrs["args"] == {"a": 2, "b": 3} and attrs["output"] == "5" and attrs["call_id"] == call.id
+    assert attrs["wait_s"] >= 0.2
+
+
+def test_the_decision_is_constrained_by_the_tools_schemas(store: TraceStore) -> None:
+    model = Scripted([ANSWER])
+    with serving(model.pool(), store) as url:
+        done = client(url).chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS)
+    assert done.choices[0].message.content == "2+3 is 5" and done.choices[0].finish_reason == "stop"
+    [(_, schema)] = model.seen
+    assert schema is not None
+    branches = schema["anyOf"]
+    assert branches[0]["required"] == ["answer"]
+    add = branches[1]
+    assert add["properties"]["tool"] == {"enum": ["add"]}
+    assert add["properties"]["arguments"]["required"] == ["a", "b"]
+    assert branches[2]["properties"]["tool"] == {"enum": ["now"]}
+
+
+def test_invalid_arguments_are_repaired_and_recorded(store: TraceStore) -> None:
+    bad = json.dumps({"tool": "add", "arguments": {"a": "two", "b": 3}})
+    model = Scripted([bad, CALL])
+    with serving(model.pool(), store) as url:
+        first = client(url).chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS)
+    [call] = first.choices[0].message.tool_calls or []
+    assert json.loads(call.function.arguments) == {"a": 2, "b": 3}
+    rows = store.query("SELECT valid, error FROM decisions ORDER BY seq")
+    assert [r["valid"] for r in rows] == [0, 1]
+    assert "arguments.a: expected integer" in rows[0]["error"]
+
+
+@pytest.mark.parametrize(("choice", "branches"), [
+    ("required", [["add"], ["now"]]),
+    ({"type": "function", "function": {"name": "now"}}, [["now"]]),
+])
+def test_tool_choice_required_or_named_leaves_no_answer(store: TraceStore, choice: Any,
+                                                        branches: list[list[str]]) -> None:
+    model = Scripted([json.dumps({"tool": branches[0][0], "arguments": {"a": 1, "b": 1}
+                                  if branches[0][0] == "add" else {}})])
+    with serving(model.pool(), store) as url:
+        done = client(url).chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS,
+                                                   tool_choice=choice)
+    assert done.choices[0].finish_reason == "tool_calls"
+    [(_, schema)] = model.seen
+    assert schema is not None
+    found = [b["properties"]["tool"]["enum"] for b in schema.get("anyOf", [schema])]
+    assert found == branches
+
+
+def test_tool_choice_none_answers_without_tools(store: TraceStore) -> None:
+    model = Scripted([CALL], plain="five")
+    with serving(model.pool(), store) as url:
+        done = client(url).chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS,
+                                                   tool_choice="none")
+    assert done.choices[0].message.content == "five" and done.choices[0].finish_reason == "stop"
+    assert [schema for _, schema in model.seen] == [None]
+
+
+def test_the_streamed_tool_call_is_sent_as_openai_sends_it(store: TraceStore) -> None:
+    model = Scripted([CALL, ANSWER])
+    with serving(model.pool(), store) as url:
+        c = client(url)
+        chunks = list(c.chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS, stream=True,
+                                                stream_options={"include_usage": True}))
+        calls = [c.choices[0].delta.tool_calls for c in chunks if c.choices and c.choices[0].delta.tool_calls]
+        head, args = calls[0][0], calls[1][0]
+        assert head.id and head.id.startswith("call_") and head.type == "function" and head.index == 0
+        assert head.function is not None and head.function.name == "add" and head.function.arguments == ""
+        assert args.id is None and args.function is not None and json.loads(args.function.arguments or "") == {
+            "a": 2, "b": 3}
+        [last] = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+        assert last.choices[0].finish_reason == "tool_calls"
+        assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
+        messages: list[ChatCompletionMessageParam] = [
+            *ASK, {"role": "assistant", "tool_calls": [{"id": head.id, "type": "function",
+                                                        "function": {"name": "add", "arguments": '{"a":2,"b":3}'}}]},
+            {"role": "tool", "tool_call_id": head.id, "content": "5"}]
+        rest = list(c.chat.completions.create(model="orchestrion/direct", messages=messages, tools=TOOLS,
+                                              stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in rest if c.choices) == "2+3 is 5"
+    assert [c.choices[0].finish_reason for c in rest if c.choices and c.choices[0].finish_reason] == ["stop"]
+    assert len(episodes(store)) == 1 and episodes(store)[0]["status"] == "ok"
+
+
+def test_an_unanswered_call_ends_the_episode_interrupted(store: TraceStore) -> None:
+    model = Scripted([CALL])
+    with serving(model.pool(), store, client_tool_timeout_s=0.3) as url:
+        first = client(url).chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS)
+        trace_id = ext(first)["trace_id"]
+
+        def ended() -> bool:
+            ep = store.episode(trace_id)
+            return ep is not None and ep.finished == 1
+        deadline = time.monotonic() + 10
+        while not ended() and time.monotonic() < deadline:
+            time.sleep(0.05)
+    ep = store.episode(trace_id)
+    assert ep is not None and ep.status == "interrupted" and "client tool" in (ep.error or "")
+    [span] = spans(store, trace_id, "client_tool")
+    assert span["status"] == "timeout"
+
+
+def test_results_no_episode_waits_for_start_a_new_one_with_them_as_context(store: TraceStore) -> None:
+    model = Scripted([ANSWER])
+    messages: list[ChatCompletionMessageParam] = [
+        *ASK, {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_old", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 3}'}}]},
+        {"role": "tool", "tool_call_id": "call_old", "content": "5"}]
+    with serving(model.pool(), store) as url:
+        done = client(url).chat.completions.create(model="orchestrion/direct", messages=messages, tools=TOOLS)
+    assert done.choices[0].message.content == "2+3 is 5"
+    prompt = model.seen[0][0][-1]["content"]
+    assert 'Assistant called add with {"a": 2, "b": 3}' in prompt and "Tool result (add): 5" in prompt
+
+
+BAD_REQUESTS: dict[str, tuple[dict[str, Any], str]] = {
+    "schema not an object": ({"tools": [{"type": "function", "function": {
+        "name": "add", "parameters": {"type": "object", "properties": {"a": {"type": "int"}}}}}]},
+        "tools.0.function.parameters.properties.a.type"),
+    "arguments not an object": ({"tools": [{"type": "function", "function": {
+        "name": "add", "parameters": {"type": "array"}}}]}, "tools.0.function.parameters.type"),
+    "bad name": ({"tools": [{"type": "function", "function": {"name": "add two"}}]}, "tools.0.function.name"),
+    "no function": ({"tools": [{"type": "function"}]}, "tools.0.function"),
+    "a second add": ({"tools": [ADD, ADD]}, "tools.1.function.name"),
+    "absent tool named": ({"tools": [ADD], "tool_choice": {"type": "function", "function": {"name": "mul"}}},
+                          "tool_choice"),
+    "required without tools": ({"tool_choice": "required"}, "tool_choice"),
+    "unknown tool call id": ({"tools": [ADD], "messages": [
+        *ASK, {"role": "tool", "tool_call_id": "call_nowhere", "content": "5"}]}, "messages.1.tool_call_id"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_REQUESTS))
+def test_bad_tool_input_is_a_one_line_400(store: TraceStore, case: str) -> None:
+    extra, param = BAD_REQUESTS[case]
+    with serving(Scripted([ANSWER]).pool(), store) as url:
+        r = post(url, {"model": "orchestrion/direct", "messages": ASK, **extra})
+        with pytest.raises(openai.BadRequestError):
+            client(url).chat.completions.create(model="orchestrion/direct", **{"messages": ASK, **extra})
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["param"] == param and "\n" not in error["message"] and error["type"] == "invalid_request_error"
+    assert episodes(store) == []
+
+
+def test_trace_show_lists_the_client_tool_span(store: TraceStore) -> None:
+    from typer.testing import CliRunner
+
+    from orchestrion.cli import app
+
+    model = Scripted([CALL, ANSWER])
+    with serving(model.pool(), store) as url:
+        c = client(url)
+        first = c.chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS)
+        [call] = first.choices[0].message.tool_calls or []
+        c.chat.completions.create(model="orchestrion/direct", tools=TOOLS, messages=[
+            *ASK, first.choices[0].message.model_dump(exclude_none=True),  # type: ignore[list-item]
+            {"role": "tool", "tool_call_id": call.id, "content": "5"}])
+    shown = CliRunner().invoke(app, ["trace", "show", ext(first)["trace_id"], "--db", str(store.path)],
+                               env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    [line] = [ln for ln in shown.output.splitlines() if "client_tool" in ln]
+    assert f"add [{call.id}]" in line and 'args={"a":2,"b":3}' in line and "→ 5 waited" in line
+    assert "status=ok" in line
