@@ -245,3 +245,35 @@ def test_trace_show_lists_the_client_tool_span(store: TraceStore) -> None:
     [line] = [ln for ln in shown.output.splitlines() if "client_tool" in ln]
     assert f"add [{call.id}]" in line and 'args={"a":2,"b":3}' in line and "→ 5 waited" in line
     assert "status=ok" in line
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_an_agents_sdk_agent_calls_its_function_tool_and_finishes(store: TraceStore, streamed: bool) -> None:
+    agents = pytest.importorskip("agents")
+    called: list[tuple[int, int]] = []
+
+    @agents.function_tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        called.append((a, b))
+        return a + b
+
+    agents.set_tracing_disabled(True)  # the SDK would export its own traces to OpenAI's platform
+    model = Scripted([CALL, json.dumps({"answer": "The sum is 5."})])
+    with serving(model.pool(), store) as url:
+        api = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
+        agent = agents.Agent(name="calc", instructions="Use the tools.", tools=[add],
+                             model=agents.OpenAIChatCompletionsModel(model="orchestrion/direct", openai_client=api))
+        if streamed:
+            run = agents.Runner.run_streamed(agent, "What is 2+3?")
+            async for _ in run.stream_events():
+                pass
+            output = run.final_output
+        else:
+            output = (await agents.Runner.run(agent, "What is 2+3?")).final_output
+        await api.close()
+    assert called == [(2, 3)] and output == "The sum is 5."
+    [ep] = episodes(store)
+    assert ep["status"] == "ok"
+    [span] = spans(store, ep["id"], "client_tool")
+    assert json.loads(span["attrs"])["output"] == "5"
