@@ -277,3 +277,102 @@ async def test_an_agents_sdk_agent_calls_its_function_tool_and_finishes(store: T
     assert ep["status"] == "ok"
     [span] = spans(store, ep["id"], "client_tool")
     assert json.loads(span["attrs"])["output"] == "5"
+
+
+PARA_CALL = json.dumps({"thought": "add", "calls": [{"tool": "add", "args": {"a": 2, "b": 3}},
+                                                    {"tool": "calculator", "input": "2*3"}], "final": False})
+PARA_FINAL = json.dumps({"thought": "done", "calls": [], "final": True})
+
+
+def test_para_calls_a_client_tool_beside_its_own_and_goes_on_with_the_result(store: TraceStore) -> None:
+    model = Scripted([PARA_CALL, PARA_FINAL], plain="5")
+    with serving(model.pool(), store) as url:
+        c = client(url)
+        first = c.chat.completions.create(model="orchestrion/para", messages=ASK, tools=TOOLS)
+        [call] = first.choices[0].message.tool_calls or []
+        assert first.choices[0].finish_reason == "tool_calls" and call.function.name == "add"
+        assert json.loads(call.function.arguments) == {"a": 2, "b": 3}
+        second = c.chat.completions.create(model="orchestrion/para", tools=TOOLS, messages=[
+            *ASK, first.choices[0].message.model_dump(exclude_none=True),  # type: ignore[list-item]
+            {"role": "tool", "tool_call_id": call.id, "content": "5"}])
+    assert second.choices[0].finish_reason == "stop" and second.choices[0].message.content == "5"
+    [ep] = episodes(store)
+    assert ep["status"] == "ok" and ext(second)["trace_id"] == ep["id"]
+    # the client tool sat beside the pool's, marked, and its schema constrained the calls
+    round_one, schema = next((m, s) for m, s in model.seen if s is not None)
+    assert "Client tools" in round_one[-1]["content"] and "- add: adds two integers" in round_one[-1]["content"]
+    assert schema is not None
+    branches = schema["properties"]["calls"]["items"]["anyOf"]
+    assert branches[0] == {"$ref": "#/$defs/Call"} and branches[1]["properties"]["tool"] == {"enum": ["add"]}
+    # both calls of round 1 ran, and round 2's decision read both results
+    round_two = [m for m, s in model.seen if s is not None][1]
+    assert "add <- '{\"a\":2,\"b\":3}' -> status=OK 5" in round_two[-1]["content"]
+    assert "calculator <- '2*3' -> status=OK 6" in round_two[-1]["content"]
+    kinds = [s["kind"] for s in store.query("SELECT kind FROM spans WHERE episode_id = ? ORDER BY started",
+                                            (ep["id"],))]
+    assert kinds.count("client_tool") == 1 and kinds.count("tool") == 1 and kinds.count("round") == 2
+
+
+def test_para_without_parallel_tool_calls_makes_one_client_call_per_round(store: TraceStore) -> None:
+    two = json.dumps({"thought": "both", "calls": [{"tool": "add", "args": {"a": 2, "b": 3}},
+                                                   {"tool": "now", "args": {}}], "final": False})
+    model = Scripted([two, json.dumps({"thought": "one", "calls": [{"tool": "now", "args": {}}], "final": False})])
+    with serving(model.pool(), store) as url:
+        first = client(url).chat.completions.create(model="orchestrion/para", messages=ASK, tools=TOOLS,
+                                                    parallel_tool_calls=False)
+    assert [c.function.name for c in first.choices[0].message.tool_calls or []] == ["now"]
+    rows = store.query("SELECT valid, error FROM decisions ORDER BY seq")
+    assert rows[0]["valid"] == 0 and "one client tool call per round" in rows[0]["error"]
+
+
+def test_para_may_call_several_client_tools_in_one_round(store: TraceStore) -> None:
+    two = json.dumps({"thought": "both", "calls": [{"tool": "add", "args": {"a": 2, "b": 3}},
+                                                   {"tool": "now", "args": {}}], "final": False})
+    model = Scripted([two, PARA_FINAL])
+    with serving(model.pool(), store) as url:
+        c = client(url)
+        first = c.chat.completions.create(model="orchestrion/para", messages=ASK, tools=TOOLS)
+        calls = first.choices[0].message.tool_calls or []
+        assert [x.function.name for x in calls] == ["add", "now"]
+        second = c.chat.completions.create(model="orchestrion/para", tools=TOOLS, messages=[
+            *ASK, first.choices[0].message.model_dump(exclude_none=True),  # type: ignore[list-item]
+            {"role": "tool", "tool_call_id": calls[0].id, "content": "5"},
+            {"role": "tool", "tool_call_id": calls[1].id, "content": "noon", "status": "error"}])  # type: ignore[misc]
+    assert second.choices[0].finish_reason == "stop"
+    statuses = [s["status"] for s in store.query("SELECT status FROM spans WHERE kind = 'client_tool' ORDER BY name")]
+    assert statuses == ["ok", "exec_error"]
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_an_agents_sdk_agent_on_para_calls_its_function_tool_and_finishes(store: TraceStore,
+                                                                               streamed: bool) -> None:
+    agents = pytest.importorskip("agents")
+    called: list[tuple[int, int]] = []
+
+    @agents.function_tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        called.append((a, b))
+        return a + b
+
+    agents.set_tracing_disabled(True)
+    one = json.dumps({"thought": "add", "calls": [{"tool": "add", "args": {"a": 2, "b": 3}}], "final": False})
+    model = Scripted([one, PARA_FINAL], plain="5")
+    with serving(model.pool(), store) as url:
+        api = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
+        agent = agents.Agent(name="calc", instructions="Use the tools.", tools=[add],
+                             model=agents.OpenAIChatCompletionsModel(model="orchestrion/para", openai_client=api))
+        if streamed:
+            run = agents.Runner.run_streamed(agent, "What is 2+3?")
+            async for _ in run.stream_events():
+                pass
+            output = run.final_output
+        else:
+            output = (await agents.Runner.run(agent, "What is 2+3?")).final_output
+        await api.close()
+    assert called == [(2, 3)] and output == "5"
+    [ep] = episodes(store)
+    assert ep["status"] == "ok" and ep["strategy"] == "para"
+    [span] = spans(store, ep["id"], "client_tool")
+    attrs = json.loads(span["attrs"])
+    assert attrs["args"] == {"a": 2, "b": 3} and attrs["output"] == "5" and attrs["wait_s"] >= 0

@@ -82,6 +82,49 @@ def action_model(spec: ClientToolSpec) -> type[ClientAction]:
     return ClientToolAction
 
 
+def with_client_calls(schema: dict[str, Any], spec: ClientToolSpec, *, calls: str = "calls",
+                      args_key: str = "args") -> dict[str, Any]:
+    """An orchestrator's action schema whose list ``calls`` may also hold calls of ``spec``'s tools
+    (each ``{"tool": NAME, args_key: {...}}`` fitting that tool's parameters); only those, at least
+    one, when ``spec`` says a tool must be called."""
+    if not spec.offered:
+        return schema
+    prop = schema["properties"][calls]
+    own = [] if spec.must_call else [prop["items"]]
+    prop["items"] = {"anyOf": [*own, *(call_branch(t, args_key=args_key) for t in spec.offered)]}
+    if spec.must_call:
+        prop["minItems"] = 1
+    if not spec.parallel and spec.must_call:
+        prop["maxItems"] = 1
+    return schema
+
+
+def client_calls_problem(spec: ClientToolSpec, calls: list[tuple[str, Any]]) -> str | None:
+    """Why an orchestrator's ``(tool, args)`` calls break ``spec`` (None: they do not): a client
+    call that does not fit, several client calls where ``parallel_tool_calls`` is false, or none
+    where a tool must be called."""
+    names = {t.name for t in spec.tools}
+    client = [(name, args) for name, args in calls if name in names]
+    for name, args in client:
+        if (why := call_problem(spec, name, args)) is not None:
+            return f"calls: {why}"
+    if len(client) > 1 and not spec.parallel:
+        return "calls: one client tool call per round (parallel tool calls are off)"
+    if spec.must_call and not client:
+        return f"calls: call one of the client tools now ({', '.join(t.name for t in spec.offered)})"
+    return None
+
+
+def client_tool_lines(spec: ClientToolSpec) -> str:
+    """The client tools an orchestrator may call now, for its prompt (empty when none)."""
+    if not spec.offered:
+        return ""
+    must = " You must call one of them this round." if spec.must_call else ""
+    return ("Client tools (the user's application runs them; call one as {\"tool\": NAME, \"args\": {...}} with "
+            f"args that fit its schema; the result comes back like any other):{must}\n"
+            + "\n".join(t.line() for t in spec.offered))
+
+
 def tools_prompt(spec: ClientToolSpec) -> str:
     """The system message of a decision over ``spec``'s tools."""
     if spec.must_call:

@@ -22,14 +22,19 @@ and is prompted to compute.
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import functools
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from .._prompts import render
 from .._text import normalize, numbers_in, parse_number
 from ..models.types import msg
+from ..runtime.client_actions import client_calls_problem, client_tool_lines, with_client_calls
+from ..runtime.client_tools import ClientToolCall, ClientToolSpec
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.protocol import narrow
@@ -74,11 +79,26 @@ def para_action(max_calls: int) -> type[ParaAction]:
                         calls=(list[Call], Field(default_factory=list, max_length=max_calls)))
 
 
+def with_client_tools(cls: type[ParaAction], spec: ClientToolSpec) -> type[ParaAction]:
+    """``cls`` whose calls of ``spec``'s client tools are checked (:func:`client_calls_problem`)."""
+
+    class ParaAction(cls):  # type: ignore[valid-type,misc]  # a subclass made per spec, named as recorded
+        @model_validator(mode="after")
+        def _client_calls_fit(self) -> ParaAction:
+            why = client_calls_problem(spec, [(c.tool, c.args) for c in self.calls])
+            if why is not None:
+                raise ValueError(why)
+            return self
+
+    return ParaAction
+
+
 @register
 class Para(Strategy):
     name = "para"
     summary = "ParaManager: rounds of up to 4 parallel calls over agents and tools, then answer synthesis"
     paper = "ParaManager: Small Model as Master Orchestrator (unified agent-tool orchestration)"
+    calls_client_tools = True  # serve's client tools sit beside the pool's, marked; calling one pauses the round
 
     class Options(StrategyOptions):
         max_rounds: int = Field(default=12, ge=1, description="most orchestrator rounds before synthesis (paper: 12)")
@@ -113,8 +133,15 @@ class Para(Strategy):
             with ctx.tracer.span("round", f"round {rnd}"):
                 prompt = render("para_round", task=task.prompt, history=_recent(history), round=rnd,
                                 max_rounds=max_rounds)
-                decision = await ctx.decide(schema_cls, [system, msg("user", prompt)], json_schema=schema,
-                                            name=f"round {rnd}")
+                spec = ctx.client_tools.spec if ctx.client_tools is not None else ClientToolSpec(())
+                if spec.offered:  # a continuation may change them: read each round
+                    decision = await ctx.decide(with_client_tools(schema_cls, spec),
+                                                [system, msg("user", prompt + "\n\n" + client_tool_lines(spec))],
+                                                json_schema=with_client_calls(copy.deepcopy(schema), spec),
+                                                name=f"round {rnd}")
+                else:
+                    decision = await ctx.decide(schema_cls, [system, msg("user", prompt)], json_schema=schema,
+                                                name=f"round {rnd}")
                 if decision.action is None:
                     invalid, streak = invalid + 1, streak + 1
                     history.append(f"Round {rnd}: your reply was not a valid action ({decision.error}).")
@@ -136,7 +163,7 @@ class Para(Strategy):
                     stop = "repeated_calls"
                     break
                 done.update(fresh)
-                outcomes = await ctx.parallel(self._run_call(ctx, call) for call in calls)
+                outcomes = await self._run_round(ctx, calls, {t.name for t in spec.tools})
                 known = {_value(r) for _, r in results if r.ok} - {""}
                 for call, result in zip(calls, outcomes):
                     results.append((call, result))
@@ -151,7 +178,10 @@ class Para(Strategy):
                     break
         evidence = [Evidence(f"{_describe(c)} -> {r.feedback(600)}", r.output if r.ok else None) for c, r in results]
         text = await synthesize(task.prompt, evidence, ctx)
-        return Answer(text, meta={"rounds": rnd, "calls": len(results), "invalid_decisions": invalid, "stop": stop})
+        meta = {"rounds": rnd, "calls": len(results), "invalid_decisions": invalid, "stop": stop}
+        if ctx.client_tools is not None:
+            meta["client_tool_calls"] = ctx.client_tools.called
+        return Answer(text, meta=meta)
 
     @staticmethod
     def _routed(ctx: RunContext, call: Call, task: str, rnd: int) -> Call:
@@ -163,6 +193,20 @@ class Para(Strategy):
         ctx.tracer.event("program_to_coder", {"round": rnd, "code": code[:600], "model": call.model})
         whole = {"task": task[:ORIGINAL_MAX_CHARS]}  # the agent's argument limit
         return Call.model_construct(tool="coder", input="(the whole task)", model=call.model, args=whole)
+
+    async def _run_round(self, ctx: RunContext, calls: list[Call], client: set[str]) -> list[ToolResult]:
+        """The round's calls, at once: the pool's in parallel and the client's (the episode pauses
+        until the client sends their results), each result in its call's place."""
+        mine = [c for c in calls if c.tool in client]
+        asked = [ClientToolCall(c.tool, c.args or {}) for c in mine]
+
+        async def client_calls() -> list[ToolResult]:
+            return await ctx.call_client_tools(asked) if asked else []
+
+        ours, theirs = await asyncio.gather(
+            ctx.parallel(self._run_call(ctx, c) for c in calls if c.tool not in client), client_calls())
+        ours_left, theirs_left = iter(ours), iter(theirs)
+        return [next(theirs_left) if c.tool in client else next(ours_left) for c in calls]
 
     @staticmethod
     async def _run_call(ctx: RunContext, call: Call) -> ToolResult:
@@ -191,7 +235,8 @@ def _key(call: Call) -> tuple[str, str, str | None]:
 
 def _describe(call: Call) -> str:
     where = f" on {call.model}" if call.model else ""
-    return f"{call.tool}{where} <- {call.input[:120]!r}"
+    said = call.input or (orjson.dumps(call.args).decode() if call.args else "")
+    return f"{call.tool}{where} <- {said[:120]!r}"
 
 
 def _recent(history: list[str], keep: int = 8) -> str:
