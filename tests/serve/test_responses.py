@@ -91,7 +91,7 @@ def test_max_output_tokens_makes_the_response_incomplete(store: TraceStore, stre
 
 
 def test_responses_refusals_say_why(store: TraceStore) -> None:
-    tool = {"type": "function", "name": "add", "parameters": {"type": "object"}}
+    tool = {"type": "web_search"}
     with serving(direct_pool(), store) as url:
         with pytest.raises(openai.BadRequestError) as chained:
             client(url).responses.create(model="orchestrion/direct", input="hi", previous_response_id="resp_1")
@@ -107,7 +107,8 @@ def test_responses_refusals_say_why(store: TraceStore) -> None:
         ignored = client(url).responses.with_raw_response.create(model="orchestrion/direct", input="hi",
                                                                  temperature=0.2)
     assert chained.value.param == "previous_response_id" and "whole conversation" in chained.value.message
-    assert tools.value.code == "tools_not_supported" and typed.value.param == "temperature"
+    assert tools.value.code == "unsupported_tool" and tools.value.param == "tools.0.type"
+    assert typed.value.param == "temperature"
     assert image.value.param == "input.0.content.0"
     assert ignored.headers["x-orchestrion-ignored-fields"] == "temperature"
     assert ext(ignored.parse())["ignored"] == ["temperature"]

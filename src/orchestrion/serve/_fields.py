@@ -53,8 +53,6 @@ def _ignored(why: str) -> Rule:
 _SAMPLING = ("each role of an episode decodes at its own temperature (decisions and synthesis greedy "
              "by default: small models miscopy digits when sampled); set orchestrion.options "
              "decision_temperature, synthesis_temperature or agent_temperature instead")
-_TOOLS = ("function calling is not supported here: each orchestrion/<strategy> model runs its own tools and "
-          "answers with text (response_format json_object or json_schema gives structured answers)")
 _CLIENT_TOOLS = ("function tools the strategy may call (direct: instead of answering; para: beside the pool's "
                  "tools, marked as client tools): a call is answered with message.tool_calls and finish_reason "
                  "'tool_calls', its arguments valid for the tool's JSON schema (constrained decoding where the "
@@ -66,7 +64,7 @@ _CHOICE = ("'none' (no tool is offered), 'auto', 'required' (a tool must be call
 _LOGPROBS = ("token log-probs of the answer are not available: the answer is written by the episode "
              "(a synthesis grounded on results, its citations replaced by them, or several model calls), "
              "and the runtime records log-probs only for orchestrator decisions (see the trace)")
-_NO_CHOICE = ("tool_choice: only 'none' or 'auto' (no function is called: there are no client tools)")
+_NO_CHOICE = "only 'none' or 'auto'"
 _LEGACY = "the legacy functions field is not supported: send the functions as tools"
 _RECORDED = "recorded in the episode's task metadata (the trace)"
 _CACHE = "prompt prefixes are cached automatically, per model (Orchestrion's prefix cache)"
@@ -149,10 +147,11 @@ RESPONSES_FIELDS: dict[str, Rule] = {
     "max_output_tokens": Rule("honoured", "the answer's token limit (status 'incomplete' when it is reached)"),
     "text": Rule("honoured", "format text, json_object or json_schema (as chat's response_format); "
                  "verbosity is ignored"),
-    "tools": _refused(_TOOLS),
-    "tool_choice": Rule("honoured", _NO_CHOICE + "; another value is a 400", _tool_choice),
-    "parallel_tool_calls": _ignored("no client tool is ever called; each strategy runs its own tools, "
-                                    "in parallel where it chooses"),
+    "tools": Rule("honoured", "function tools, as chat's tools: a call ends the response with function_call "
+                  "output items; the next request's function_call_output input items continue the same episode; "
+                  "another tool type is a 400"),
+    "tool_choice": Rule("honoured", "as chat's: 'none', 'auto', 'required' or {'type': 'function', 'name': ...}"),
+    "parallel_tool_calls": Rule("honoured", "as chat's: false allows one client tool call per response"),
     "max_tool_calls": _ignored("the strategy's own tool calls are bounded by orchestrion.budget (steps)"),
     "top_logprobs": _refused(_LOGPROBS),
     "include": Rule("honoured", "nothing extra can be included: a non-empty list is a 400",

@@ -8,6 +8,15 @@ every other field is in :data:`orchestrion.serve._fields.RESPONSES_FIELDS`. The 
 responses: ``previous_response_id`` and ``conversation`` are refused, so the whole
 conversation comes as ``input`` each time.
 
+Client tools
+    ``tools`` are function tools (flat: ``{"type": "function", "name", "description",
+    "parameters"}``), as chat's (:mod:`orchestrion.serve._client_tools`). A call ends the response
+    with ``function_call`` output items (``call_id``, ``name``, JSON-string ``arguments``); the
+    next request's ``input``, carrying those ``function_call`` items and a
+    ``function_call_output`` item per call, continues the same episode. Input ``function_call``
+    items are read as an assistant message's ``tool_calls``, ``function_call_output`` items as
+    ``tool`` messages (a ``call_id`` that matches no earlier ``function_call`` is a 400).
+
 Response
     A ``response`` object with one ``message`` output item holding one ``output_text`` part;
     ``status`` is ``completed``, or ``incomplete`` (``incomplete_details.reason``
@@ -23,7 +32,11 @@ Streaming (``stream: true``)
     goes, as for chat), then ``response.output_text.done``, ``response.content_part.done``,
     ``response.output_item.done`` and ``response.completed`` (or ``response.incomplete``); an
     episode that fails ends with ``response.failed``. Silent stretches get ``: keep-alive``
-    comments; progress is not sent (chat streams carry it).
+    comments; progress is not sent (chat streams carry it). The message item is opened with its
+    first text; a response that ends with client tool calls sends, per call,
+    ``response.output_item.added`` (a ``function_call`` item with empty arguments),
+    ``response.function_call_arguments.delta`` and ``.done``, ``response.output_item.done``, then
+    ``response.completed``.
 """
 
 from __future__ import annotations
@@ -39,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ..models.types import Usage
 from ..runtime.episode import EpisodeResult
 from ..status import EpisodeStatus
-from ._bodies import SSE_KEEPALIVE, Ending
+from ._bodies import SSE_KEEPALIVE, Ending, tool_call_items
 from ._fields import RESPONSES_FIELDS, unread_keys
 from ._openai_schema import (
     ApiError,
@@ -52,9 +65,12 @@ from ._openai_schema import (
     screened,
     validated,
 )
-from ._stream import KeepAlive, StreamItem
+from ._stream import KeepAlive, Paused, StreamItem
+from ._tool_spec import tool_spec
 
 ITEM_KEYS = frozenset({"type", "role", "content"})  # what is read of an input message item
+CALL_KEYS = frozenset({"type", "call_id", "name", "arguments", "id", "status"})  # of a function_call item
+OUTPUT_KEYS = frozenset({"type", "call_id", "output", "id", "status"})  # of a function_call_output item
 
 
 def _about(name: str) -> str:
@@ -143,6 +159,7 @@ def parse_responses(body: bytes) -> tuple[ResponsesRequest, ChatRequest]:
                        max_tokens=req.max_output_tokens, response_format=response_format, metadata=req.metadata,
                        user=req.user, safety_identifier=req.safety_identifier, orchestrion=req.orchestrion)
     chat._ignored = [*ignored, *unread]
+    chat._spec = tool_spec(req.tools, req.tool_choice, req.parallel_tool_calls, flat=True)
     return req, chat
 
 
@@ -153,12 +170,16 @@ def input_messages(req: ResponsesRequest) -> tuple[list[ChatMessage], list[str]]
     if isinstance(req.input, str):
         return [*messages, ChatMessage(role="user", content=req.input)], []
     unread: list[str] = []
+    called: set[str] = set()
     for i, item in enumerate(req.input):
         kind = item.get("type", "message")
+        if kind in ("function_call", "function_call_output"):
+            messages.append(_tool_item(item, f"input.{i}", called, messages))
+            unread += unread_keys(item, CALL_KEYS if kind == "function_call" else OUTPUT_KEYS, f"input.{i}")
+            continue
         if kind != "message" or "role" not in item:
-            raise ApiError(400, f"'input.{i}': a {kind!r} item cannot be read: send message items (this server "
-                           "calls no client tools, so it never needs their results)",
-                           code="unsupported_content", param=f"input.{i}")
+            raise ApiError(400, f"'input.{i}': a {kind!r} item cannot be read: send message, function_call and "
+                           "function_call_output items", code="unsupported_content", param=f"input.{i}")
         unread += unread_keys(item, ITEM_KEYS, f"input.{i}")
         unread += check_parts(item.get("content"), f"input.{i}.content")
         try:
@@ -171,6 +192,40 @@ def input_messages(req: ResponsesRequest) -> tuple[list[ChatMessage], list[str]]
         raise ApiError(400, "'input': empty: send the request as a string or message items",
                        code="invalid_request", param="input")
     return messages, unread
+
+
+def _tool_item(item: dict[str, Any], where: str, called: set[str], before: list[ChatMessage]) -> ChatMessage:
+    """A ``function_call`` item as an assistant message's tool call (joined to the one before it when
+    that holds calls too), a ``function_call_output`` item as a ``tool`` message."""
+    call_id = item.get("call_id")
+    if not isinstance(call_id, str) or not call_id:
+        raise ApiError(400, f"'{where}.call_id': required", code="invalid_request", param=f"{where}.call_id")
+    if item["type"] == "function_call_output":
+        if call_id not in called:
+            raise ApiError(400, f"'{where}.call_id': {call_id!r} matches no function_call item before it",
+                           code="invalid_request", param=f"{where}.call_id")
+        output = item.get("output")
+        text = output if isinstance(output, str) else "\n".join(
+            str(p.get("text", "")) for p in output or [] if isinstance(p, dict))
+        return ChatMessage(role="tool", tool_call_id=call_id, content=text)
+    name, arguments = item.get("name"), item.get("arguments", "")
+    if not isinstance(name, str) or not isinstance(arguments, str):
+        raise ApiError(400, f"'{where}': a function_call item needs its name and its arguments (a JSON string)",
+                       code="invalid_request", param=where)
+    called.add(call_id)
+    call = {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+    last = before[-1] if before else None
+    if last is not None and last.role == "assistant" and last.tool_calls and not last.content:
+        before.pop()
+        return last.model_copy(update={"tool_calls": [*last.tool_calls, call]})
+    return ChatMessage(role="assistant", content=None, tool_calls=[call])
+
+
+def function_call_items(paused: Paused) -> list[dict[str, Any]]:
+    """The ``function_call`` output items of a response that ends with client tool calls."""
+    return [{"type": "function_call", "id": "fc_" + c["id"].removeprefix("call_"), "call_id": c["id"],
+             "name": c["function"]["name"], "arguments": c["function"]["arguments"], "status": "completed"}
+            for c in tool_call_items(paused.calls)]
 
 
 def new_response_id() -> str:
@@ -194,17 +249,22 @@ def output_text(text: str) -> dict[str, Any]:
 
 
 def response_body(rid: str, created: float, req: ResponsesRequest, *, status: str = "in_progress",
-                  end: Ending | None = None) -> dict[str, Any]:
-    """The ``response`` object: in progress (no ``end``) or finished."""
+                  end: Ending | Paused | None = None) -> dict[str, Any]:
+    """The ``response`` object: in progress (no ``end``), finished, or ended with client tool calls."""
     fmt = req.text.format.model_dump(by_alias=True, exclude_none=True) if req.text and req.text.format else None
     body: dict[str, Any] = {
         "id": rid, "object": "response", "created_at": created, "status": status, "model": req.model,
         "output": [], "error": None, "incomplete_details": None, "instructions": req.instructions,
-        "metadata": req.metadata or {}, "max_output_tokens": req.max_output_tokens, "parallel_tool_calls": False,
-        "temperature": None, "top_p": None, "tool_choice": "none", "tools": [], "store": False,
+        "metadata": req.metadata or {}, "max_output_tokens": req.max_output_tokens,
+        "parallel_tool_calls": bool(req.tools) and req.parallel_tool_calls is not False,
+        "temperature": None, "top_p": None, "tool_choice": req.tool_choice or ("auto" if req.tools else "none"),
+        "tools": req.tools or [], "store": False,
         "text": {"format": fmt or {"type": "text"}}, "usage": None,
     }
-    if end is not None:
+    if isinstance(end, Paused):
+        body.update(status="completed", usage=usage_body(end.usage), orchestrion=end.ext, completed_at=time.time(),
+                    output=function_call_items(end))
+    elif end is not None:
         status = finished_status(end)
         body.update(status=status, usage=usage_body(end.result.usage), orchestrion=end.ext,
                     completed_at=time.time() if status == "completed" else None,
@@ -240,20 +300,50 @@ async def responses_sse(req: ResponsesRequest, rid: str, items: AsyncIterator[St
     start = response_body(rid, created, req)
     yield event("response.created", response=start)
     yield event("response.in_progress", response=start)
-    yield event("response.output_item.added", output_index=0, item=message_item(rid, None, "in_progress"))
-    yield event("response.content_part.added", **where, content_index=0, part=output_text(""))
+    opened = False
+
+    def open_message() -> list[bytes]:  # the message item, with its first text (never for tool calls)
+        nonlocal opened
+        if opened:
+            return []
+        opened = True
+        return [event("response.output_item.added", output_index=0, item=message_item(rid, None, "in_progress")),
+                event("response.content_part.added", **where, content_index=0, part=output_text(""))]
+
     async for item in items:
         if isinstance(item, str):
+            for head in open_message():
+                yield head
             yield event("response.output_text.delta", **where, content_index=0, delta=item, logprobs=[])
         elif isinstance(item, KeepAlive):
             yield SSE_KEEPALIVE
         elif isinstance(item, ApiError):
             failed = {**start, "status": "failed", "error": {"code": "server_error", "message": item.message}}
             yield event("response.failed", response=failed)
+        elif isinstance(item, Paused):
+            for chunk in _function_call_events(rid, created, req, item, event):
+                yield chunk
         elif isinstance(item, Ending):
             on_result(item.result)
+            for head in open_message():
+                yield head
             done = response_body(rid, created, req, end=item)
             yield event("response.output_text.done", **where, content_index=0, text=item.answer, logprobs=[])
             yield event("response.content_part.done", **where, content_index=0, part=output_text(item.answer))
             yield event("response.output_item.done", output_index=0, item=done["output"][0])
             yield event(f"response.{done['status']}", response=done)
+
+
+def _function_call_events(rid: str, created: float, req: ResponsesRequest, paused: Paused,
+                          event: Callable[..., bytes]) -> list[bytes]:
+    """A streamed response's end with client tool calls: each ``function_call`` item, its arguments, done."""
+    out = []
+    for i, item in enumerate(function_call_items(paused)):
+        out += [event("response.output_item.added", output_index=i,
+                      item={**item, "arguments": "", "status": "in_progress"}),
+                event("response.function_call_arguments.delta", item_id=item["id"], output_index=i,
+                      delta=item["arguments"]),
+                event("response.function_call_arguments.done", item_id=item["id"], output_index=i,
+                      arguments=item["arguments"], name=item["name"]),
+                event("response.output_item.done", output_index=i, item=item)]
+    return [*out, event("response.completed", response=response_body(rid, created, req, end=paused))]

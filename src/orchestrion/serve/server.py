@@ -181,7 +181,7 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
         req, chat = parse_responses(await svc.read_body(request))
         strategy = strategy_of(req.model)
         try:
-            run: Run = svc.start(chat, strategy, new_response_id())
+            run: Run = svc.begin(chat, strategy, new_response_id())
             if req.stream:
                 items = await svc.stream(run, requested)
                 body = responses_sse(req, run.cid, items, lambda _: svc.observe(run))
@@ -189,11 +189,9 @@ def create_app(settings: ServeSettings, *, pool: Pool | None = None, store: Trac
             end = await svc.complete(request, run)
             if isinstance(end, Response):
                 return end
-            if isinstance(end, Paused):
-                raise ApiError(500, "a Responses request paused for client tools", type="server_error",
-                               code="orchestrion_error")
+            status = "running" if isinstance(end, Paused) else end.result.status
             return JSONResponse(response_body(run.cid, time.time(), req, end=end),
-                                headers={**run.headers, "X-Orchestrion-Status": end.result.status})
+                                headers={**run.headers, "X-Orchestrion-Status": status})
         except (ApiError, asyncio.CancelledError):
             raise
         except Exception as exc:  # noqa: BLE001 - a one-line 500; the connection stays usable
