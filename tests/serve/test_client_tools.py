@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import httpx
 import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
@@ -378,83 +379,15 @@ async def test_an_agents_sdk_agent_on_para_calls_its_function_tool_and_finishes(
     assert attrs["args"] == {"a": 2, "b": 3} and attrs["output"] == "5" and attrs["wait_s"] >= 0
 
 
-# -- the Responses API ------------------------------------------------------------------------
-FLAT_ADD = {"type": "function", "name": "add", "description": "adds two integers",
-            "parameters": ADD["function"]["parameters"]}
-
-
-def test_responses_function_call_items_then_their_outputs_continue_the_episode(store: TraceStore) -> None:
+def test_client_tool_calls_have_per_tool_metrics(store: TraceStore) -> None:
     model = Scripted([CALL, ANSWER])
     with serving(model.pool(), store) as url:
         c = client(url)
-        first = c.responses.create(model="orchestrion/direct", input="What is 2+3?",
-                                   tools=[FLAT_ADD])  # type: ignore[list-item]
-        [item] = first.output
-        assert first.status == "completed" and item.type == "function_call"
-        assert item.call_id.startswith("call_") and item.name == "add"
-        assert json.loads(item.arguments) == {"a": 2, "b": 3}
-        second = c.responses.create(model="orchestrion/direct", tools=[FLAT_ADD],  # type: ignore[list-item]
-                                    input=[{"role": "user", "content": "What is 2+3?"}, item.model_dump(),
-                                           {"type": "function_call_output", "call_id": item.call_id, "output": "5"}])
-        with pytest.raises(openai.BadRequestError) as unknown:
-            c.responses.create(model="orchestrion/direct", input=[
-                {"role": "user", "content": "What is 2+3?"},
-                {"type": "function_call_output", "call_id": "call_nowhere", "output": "5"}])
-    assert second.output_text == "2+3 is 5" and ext(second)["trace_id"] == ext(first)["trace_id"]
-    [ep] = episodes(store)
-    assert ep["status"] == "ok"
-    assert unknown.value.param == "input.1.call_id"
-
-
-def test_responses_stream_sends_the_function_call_items(store: TraceStore) -> None:
-    model = Scripted([CALL, ANSWER])
-    with serving(model.pool(), store) as url:
-        c = client(url)
-        with c.responses.stream(model="orchestrion/direct", input="What is 2+3?",
-                                tools=[FLAT_ADD]) as stream:  # type: ignore[list-item]
-            kinds = [e.type for e in stream]
-            first = stream.get_final_response()
-        [item] = first.output
-        assert item.type == "function_call" and json.loads(item.arguments) == {"a": 2, "b": 3}
-        assert kinds[-5:] == ["response.output_item.added", "response.function_call_arguments.delta",
-                              "response.function_call_arguments.done", "response.output_item.done",
-                              "response.completed"]
-        with c.responses.stream(model="orchestrion/direct", tools=[FLAT_ADD],  # type: ignore[list-item]
-                                input=[{"role": "user", "content": "What is 2+3?"}, item.model_dump(),
-                                       {"type": "function_call_output", "call_id": item.call_id,
-                                        "output": "5"}]) as stream:
-            text = "".join(e.delta for e in stream if e.type == "response.output_text.delta")
-    assert text == "2+3 is 5"
-    assert [e["status"] for e in episodes(store)] == ["ok"]
-
-
-@pytest.mark.parametrize("streamed", [False, True])
-async def test_an_agents_sdk_responses_agent_on_para_calls_its_function_tool(store: TraceStore,
-                                                                            streamed: bool) -> None:
-    agents = pytest.importorskip("agents")
-    called: list[tuple[int, int]] = []
-
-    @agents.function_tool
-    def add(a: int, b: int) -> int:
-        """Add two integers."""
-        called.append((a, b))
-        return a + b
-
-    agents.set_tracing_disabled(True)
-    one = json.dumps({"thought": "add", "calls": [{"tool": "add", "args": {"a": 2, "b": 3}}], "final": False})
-    model = Scripted([one, PARA_FINAL], plain="5")
-    with serving(model.pool(), store) as url:
-        api = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
-        agent = agents.Agent(name="calc", instructions="Use the tools.", tools=[add],
-                             model=agents.OpenAIResponsesModel(model="orchestrion/para", openai_client=api))
-        if streamed:
-            run = agents.Runner.run_streamed(agent, "What is 2+3?")
-            async for _ in run.stream_events():
-                pass
-            output = run.final_output
-        else:
-            output = (await agents.Runner.run(agent, "What is 2+3?")).final_output
-        await api.close()
-    assert called == [(2, 3)] and output == "5"
-    [ep] = episodes(store)
-    assert ep["status"] == "ok" and ep["strategy"] == "para"
+        first = c.chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS)
+        [call] = first.choices[0].message.tool_calls or []
+        c.chat.completions.create(model="orchestrion/direct", tools=TOOLS, messages=[
+            *ASK, first.choices[0].message.model_dump(exclude_none=True),  # type: ignore[list-item]
+            {"role": "tool", "tool_call_id": call.id, "content": "5"}])
+        text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
+    assert 'orchestrion:tool_calls_total{status="ok",strategy="direct",tool="add"} 1.0' in text
+    assert 'orchestrion:tool_call_latency_seconds_count{strategy="direct",tool="add"} 1.0' in text

@@ -24,7 +24,8 @@ pool model call is a ``call`` span, every tool or agent-tool call a ``tool`` / `
   repair attempts: the same call asked again with the validation error),
   ``orchestrion:model_call_latency_seconds`` (vLLM's e2e request latency buckets),
   ``orchestrion:prompt_tokens_total`` and ``orchestrion:generation_tokens_total``;
-- per tool or agent tool, labelled ``tool`` and ``strategy``: ``orchestrion:tool_calls_total``
+- per tool, agent tool or client tool (a request's ``tools``: its latency is the wait for the
+  client's result), labelled ``tool`` and ``strategy``: ``orchestrion:tool_calls_total``
   (plus ``status``: the result envelope's ``ok``, ``exec_error``, ``timeout``, ...) and
   ``orchestrion:tool_call_latency_seconds``;
 - per request, labelled ``model_name`` (the model asked for, ``orchestrion/<strategy>``) and
@@ -56,7 +57,7 @@ _ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1
 _TOOL_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 _MAX_REQUEST_TOKENS = 1_000_000  # an episode sums many calls: no one context length bounds it
 _CALL_ERRORS = ("error", "timeout")
-_TOOL_KINDS = ("tool", "agent")
+_TOOL_KINDS = ("tool", "agent", "client_tool")  # a client tool's latency is the wait for its result
 
 
 def buckets_1_2_5(top: int) -> tuple[int, ...]:
