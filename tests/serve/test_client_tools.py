@@ -391,3 +391,18 @@ def test_client_tool_calls_have_per_tool_metrics(store: TraceStore) -> None:
         text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
     assert 'orchestrion:tool_calls_total{status="ok",strategy="direct",tool="add"} 1.0' in text
     assert 'orchestrion:tool_call_latency_seconds_count{strategy="direct",tool="add"} 1.0' in text
+
+
+def test_direct_answers_instead_of_repeating_a_call_it_made(store: TraceStore) -> None:
+    model = Scripted([CALL, CALL], plain="5")
+    with serving(model.pool(), store) as url:
+        c = client(url)
+        first = c.chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS)
+        [call] = first.choices[0].message.tool_calls or []
+        second = c.chat.completions.create(model="orchestrion/direct", tools=TOOLS, messages=[
+            *ASK, first.choices[0].message.model_dump(exclude_none=True),  # type: ignore[list-item]
+            {"role": "tool", "tool_call_id": call.id, "content": "5"}])
+    assert second.choices[0].finish_reason == "stop" and second.choices[0].message.content == "5"
+    answer_prompt = model.seen[-1][0][-1]["content"]
+    assert 'Called add with {"a":2,"b":3}' in answer_prompt and "Result of add (status ok): 5" in answer_prompt
+    assert store.query("SELECT kind FROM events WHERE kind = 'repeated_client_call'")

@@ -139,8 +139,9 @@ async def answer_with_client_tools(task: str, ctx: RunContext, *, model: str | N
                                    config: GenerateConfig | None = None) -> str:
     """``direct`` with client tools: each decision answers or calls one client tool; a call waits for
     its result (the episode pauses, :meth:`RunContext.call_client_tools`) and the next decision
-    reads it. A decision that never validates, or tools no longer offered, end in the direct answer
-    on the conversation so far."""
+    reads it. A decision that never validates, tools no longer offered, or a call made already
+    (same tool and arguments, unless a call is required: event ``repeated_client_call``) end in
+    the direct answer on the conversation so far, its calls and results included."""
     tools = ctx.client_tools
     assert tools is not None
     base = config or GenerateConfig(max_tokens=ACTION_TOKENS)
@@ -159,6 +160,10 @@ async def answer_with_client_tools(task: str, ctx: RunContext, *, model: str | N
         if action.tool is None:
             return (action.answer or "").strip()
         call = ClientToolCall(action.tool, action.arguments or {})
+        if not spec.must_call and f"Called {call.name} with {call.arguments_json}" in seen:
+            # the same call again would bring the same result: answer from what came back (a small model loops)
+            ctx.tracer.event("repeated_client_call", {"tool": call.name, "arguments": call.arguments})
+            break
         [result] = await ctx.call_client_tools([call])
         said = orjson.dumps({"tool": call.name, "arguments": call.arguments}).decode()
         line = f"Result of {call.name} (status {result.status.value}): {result.output.strip() or result.error}"
