@@ -16,7 +16,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam, ChatCompletionToolParam
 
 from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, TraceStore
-from tests.serve.test_server import ASK, client, episodes, ext, post, serving
+from tests.serve.test_server import ASK, client, episodes, ext, post, serving, wait_for
 
 ADD: ChatCompletionToolParam = {"type": "function", "function": {
     "name": "add", "description": "adds two integers",
@@ -184,6 +184,29 @@ def test_an_unanswered_call_ends_the_episode_interrupted(store: TraceStore) -> N
     assert span["status"] == "timeout"
 
 
+def test_a_full_server_ends_the_longest_paused_episode_instead_of_refusing(store: TraceStore) -> None:
+    """A paused episode computes nothing: a new request on a full server ends the one that has
+    waited longest (LangChain's structured output by function calling never sends results)."""
+    model = Scripted([CALL])
+    with serving(model.pool(), store, max_concurrent=2) as url:
+        c = client(url)
+        paused = [ext(c.chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS))["trace_id"]
+                  for _ in range(2)]
+        third = c.chat.completions.create(model="orchestrion/direct", messages=ASK)  # no 429
+
+        def ended() -> Any:
+            ep = store.episode(paused[0])
+            return ep is not None and ep.finished == 1
+        assert wait_for(ended)
+        second = store.episode(paused[1])
+        assert second is not None and second.status == "running"  # the younger one still waits
+    assert third.choices[0].message.content == "5"
+    ep = store.episode(paused[0])
+    assert ep is not None and ep.status == "interrupted" and "--max-concurrent" in (ep.error or "")
+    [span] = spans(store, paused[0], "client_tool")
+    assert span["status"] == "timeout"
+
+
 def test_results_no_episode_waits_for_start_a_new_one_with_them_as_context(store: TraceStore) -> None:
     model = Scripted([ANSWER])
     messages: list[ChatCompletionMessageParam] = [
@@ -248,8 +271,11 @@ def test_trace_show_lists_the_client_tool_span(store: TraceStore) -> None:
     assert "status=ok" in line
 
 
-@pytest.mark.parametrize("streamed", [False, True])
-async def test_an_agents_sdk_agent_calls_its_function_tool_and_finishes(store: TraceStore, streamed: bool) -> None:
+async def run_sdk_agent(pool: Pool, store: TraceStore, strategy: str, model_class: str,
+                        streamed: bool) -> tuple[list[tuple[int, int]], Any]:
+    """An Agents SDK agent with one function tool ``add`` on ``orchestrion/<strategy>`` through the SDK's
+    ``model_class`` (OpenAIChatCompletionsModel or OpenAIResponsesModel), run to completion: the calls
+    the tool got and the agent's final output."""
     agents = pytest.importorskip("agents")
     called: list[tuple[int, int]] = []
 
@@ -260,11 +286,10 @@ async def test_an_agents_sdk_agent_calls_its_function_tool_and_finishes(store: T
         return a + b
 
     agents.set_tracing_disabled(True)  # the SDK would export its own traces to OpenAI's platform
-    model = Scripted([CALL, json.dumps({"answer": "The sum is 5."})])
-    with serving(model.pool(), store) as url:
+    with serving(pool, store) as url:
         api = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
-        agent = agents.Agent(name="calc", instructions="Use the tools.", tools=[add],
-                             model=agents.OpenAIChatCompletionsModel(model="orchestrion/direct", openai_client=api))
+        model = getattr(agents, model_class)(model=f"orchestrion/{strategy}", openai_client=api)
+        agent = agents.Agent(name="calc", instructions="Use the tools.", tools=[add], model=model)
         if streamed:
             run = agents.Runner.run_streamed(agent, "What is 2+3?")
             async for _ in run.stream_events():
@@ -273,6 +298,13 @@ async def test_an_agents_sdk_agent_calls_its_function_tool_and_finishes(store: T
         else:
             output = (await agents.Runner.run(agent, "What is 2+3?")).final_output
         await api.close()
+    return called, output
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+async def test_an_agents_sdk_agent_calls_its_function_tool_and_finishes(store: TraceStore, streamed: bool) -> None:
+    model = Scripted([CALL, json.dumps({"answer": "The sum is 5."})])
+    called, output = await run_sdk_agent(model.pool(), store, "direct", "OpenAIChatCompletionsModel", streamed)
     assert called == [(2, 3)] and output == "The sum is 5."
     [ep] = episodes(store)
     assert ep["status"] == "ok"
@@ -347,30 +379,9 @@ def test_para_may_call_several_client_tools_in_one_round(store: TraceStore) -> N
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_an_agents_sdk_agent_on_para_calls_its_function_tool_and_finishes(store: TraceStore,
                                                                                streamed: bool) -> None:
-    agents = pytest.importorskip("agents")
-    called: list[tuple[int, int]] = []
-
-    @agents.function_tool
-    def add(a: int, b: int) -> int:
-        """Add two integers."""
-        called.append((a, b))
-        return a + b
-
-    agents.set_tracing_disabled(True)
     one = json.dumps({"thought": "add", "calls": [{"tool": "add", "args": {"a": 2, "b": 3}}], "final": False})
     model = Scripted([one, PARA_FINAL], plain="5")
-    with serving(model.pool(), store) as url:
-        api = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
-        agent = agents.Agent(name="calc", instructions="Use the tools.", tools=[add],
-                             model=agents.OpenAIChatCompletionsModel(model="orchestrion/para", openai_client=api))
-        if streamed:
-            run = agents.Runner.run_streamed(agent, "What is 2+3?")
-            async for _ in run.stream_events():
-                pass
-            output = run.final_output
-        else:
-            output = (await agents.Runner.run(agent, "What is 2+3?")).final_output
-        await api.close()
+    called, output = await run_sdk_agent(model.pool(), store, "para", "OpenAIChatCompletionsModel", streamed)
     assert called == [(2, 3)] and output == "5"
     [ep] = episodes(store)
     assert ep["status"] == "ok" and ep["strategy"] == "para"

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from orchestrion import TraceStore
-from tests.serve.test_client_tools import ADD, ANSWER, CALL, PARA_FINAL, Scripted
+from tests.serve.test_client_tools import ADD, ANSWER, CALL, PARA_FINAL, Scripted, run_sdk_agent
 from tests.serve.test_server import client, episodes, ext, serving
 
 FLAT_ADD = {"type": "function", "name": "add", "description": "adds two integers",
@@ -65,30 +65,9 @@ def test_responses_stream_sends_the_function_call_items(store: TraceStore) -> No
 @pytest.mark.parametrize("streamed", [False, True])
 async def test_an_agents_sdk_responses_agent_on_para_calls_its_function_tool(store: TraceStore,
                                                                             streamed: bool) -> None:
-    agents = pytest.importorskip("agents")
-    called: list[tuple[int, int]] = []
-
-    @agents.function_tool
-    def add(a: int, b: int) -> int:
-        """Add two integers."""
-        called.append((a, b))
-        return a + b
-
-    agents.set_tracing_disabled(True)
     one = json.dumps({"thought": "add", "calls": [{"tool": "add", "args": {"a": 2, "b": 3}}], "final": False})
     model = Scripted([one, PARA_FINAL], plain="5")
-    with serving(model.pool(), store) as url:
-        api = openai.AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
-        agent = agents.Agent(name="calc", instructions="Use the tools.", tools=[add],
-                             model=agents.OpenAIResponsesModel(model="orchestrion/para", openai_client=api))
-        if streamed:
-            run = agents.Runner.run_streamed(agent, "What is 2+3?")
-            async for _ in run.stream_events():
-                pass
-            output = run.final_output
-        else:
-            output = (await agents.Runner.run(agent, "What is 2+3?")).final_output
-        await api.close()
+    called, output = await run_sdk_agent(model.pool(), store, "para", "OpenAIResponsesModel", streamed)
     assert called == [(2, 3)] and output == "5"
     [ep] = episodes(store)
     assert ep["status"] == "ok" and ep["strategy"] == "para"
