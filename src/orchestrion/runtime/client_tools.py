@@ -126,6 +126,7 @@ class ClientTools:
         self.waiting: list[ClientToolCall] = []  # the calls the episode waits for now
         self.called = 0  # client tool calls made in this episode
         self._results: asyncio.Future[dict[str, ClientToolReply]] | None = None
+        self._given_up: str | None = None  # why the wait was ended early (give_up)
 
     def resolve(self, replies: Mapping[str, ClientToolReply], spec: ClientToolSpec | None = None) -> bool:
         """Hand the waiting episode its results (by call id), and the tools offered from now on.
@@ -136,6 +137,12 @@ class ClientTools:
             self.spec = spec
         self._results.set_result(dict(replies))
         return True
+
+    def give_up(self, why: str) -> None:
+        """End the wait now, as its timeout would (the episode is recorded ``interrupted``), saying ``why``."""
+        if self._results is not None and not self._results.done():
+            self._given_up = why
+            self._results.set_exception(TimeoutError())
 
     async def call(self, calls: Sequence[ClientToolCall], tracer: Tracer, budget: BudgetTracker,
                    parent: Span | None = None) -> list[ToolResult]:
@@ -154,7 +161,8 @@ class ClientTools:
         try:
             replies = await asyncio.wait_for(asyncio.shield(self._results), self.timeout_s)
         except TimeoutError:
-            why = f"no result came within {self.timeout_s:g}s (the client did not continue the conversation)"
+            why = self._given_up or \
+                f"no result came within {self.timeout_s:g}s (the client did not continue the conversation)"
             for span in spans:
                 span.set(error=why, wait_s=round(time.monotonic() - asked, 3))
                 span.end(ToolStatus.TIMEOUT)

@@ -4,7 +4,10 @@ A request with ``tools`` (:mod:`orchestrion.serve._tool_spec`) starts an episode
 may call them (:mod:`orchestrion.runtime.client_tools`). When it does, the episode pauses and
 the response ends with the calls (``message.tool_calls``, ``finish_reason: "tool_calls"``): its
 :class:`Session` is kept here under the calls' ids, the episode still running (it counts against
-``--max-concurrent``), its ``client_tool`` spans open.
+``--max-concurrent``), its ``client_tool`` spans open. It computes nothing while it waits, so a
+full server ends the longest-paused episode (``interrupted``, its spans saying why) to start a new
+one rather than answer 429: a client that never sends results (LangChain's structured output by
+function calling reads the call's arguments as its answer and stops) holds no slot for long.
 
 The client's next request continues the **same episode** when it ends with ``tool`` messages
 answering exactly the calls the episode waits for, and its messages before the assistant message
@@ -127,6 +130,16 @@ class Sessions:
         self.drop(session)
         session.key, session.ignored = conversation_key(req.messages), list(req.ignored)
         return session
+
+    def evict_oldest(self) -> bool:
+        """End the longest-paused episode (recorded ``interrupted``) to free its slot; False when
+        none is paused."""
+        for session in self._by_call.values():
+            self.drop(session)
+            session.tools.give_up("the server ended the wait to start a new episode (its --max-concurrent "
+                                  "was reached and this episode had waited longest for client tool results)")
+            return True
+        return False
 
     def __len__(self) -> int:
         return len(set(map(id, self._by_call.values())))

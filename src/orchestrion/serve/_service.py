@@ -2,7 +2,8 @@
 request's episode is started, streamed or waited for (the routes are in
 :mod:`orchestrion.serve.server`).
 
-Every episode in flight is an asyncio task: a full server answers 429 instead of queueing, and a
+Every episode in flight is an asyncio task: a full server answers 429 instead of queueing (once no
+episode paused for client tool results is left to end, see _client_tools), and a
 client that disconnects has its episode cancelled, which ``run_episode`` records as ``cancelled``.
 A server that stops (Ctrl-C) cancels every episode in flight at once: each is recorded
 ``cancelled``, its client gets a 503 error body (or the stream's error event), and the log one
@@ -164,7 +165,7 @@ class Service:
                            code="shutting_down")
         self.check_store()
         limit = self.settings.max_concurrent
-        if len(self.inflight) >= limit:
+        if len(self.inflight) >= limit and not self.sessions.evict_oldest():
             raise ApiError(429, f"this server already runs {limit} episodes (its --max-concurrent); retry later",
                            type="rate_limit_error", code="too_many_episodes", headers={"Retry-After": "1"})
         task = Task(prompt=prompt, id=cid, metadata={"source": "serve", "model": req.model,
