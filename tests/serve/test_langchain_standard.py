@@ -1,0 +1,167 @@
+"""LangChain's standard chat-model suite (``langchain-tests``' ``ChatModelIntegrationTests``) against
+``orchestrion serve`` on the tiny pool, through ``ChatOpenAI`` (issue 38 item 3).
+
+The suite LangChain's partner packages run in their CI, pointed at one server (real SmolLM2-135M,
+the ``tiny`` fixture of test_langchain_client.py, one per module) with model ``orchestrion/direct``
+and ``temperature=0``. Its flags say what serve really does: tool calling with ``tool_choice``,
+structured output and JSON mode, usage on invoke and stream, another ``orchestrion/<strategy>``
+per call; no image, audio, PDF or video input.
+
+Chat completions run the whole suite but three tests cut for time (:data:`SLOW`, each path passes
+in another test); the Responses variant (``use_responses_api=True``) runs the tool-calling tests
+and the streamed usage (:data:`RESPONSES`), the rest skipped for time. What the tiny model cannot
+do is marked ``xfail(strict=True)`` with the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from orchestrion import TraceStore
+
+from .test_langchain_client import tiny
+
+pytest.importorskip("langchain_openai")  # in the dev extra: `make test` installs both
+pytest.importorskip("langchain_tests")
+
+from langchain_core.language_models import BaseChatModel  # noqa: E402
+from langchain_openai import ChatOpenAI  # noqa: E402
+from langchain_tests.integration_tests import ChatModelIntegrationTests  # noqa: E402
+
+__all__ = ["tiny"]
+
+# ChatOpenAI caches its async HTTP client per base URL for the whole process, keep-alive connections
+# and all: on pytest-asyncio's fresh event loop per test, an async test reuses a connection opened on
+# a closed loop and fails with "Event loop is closed" (whether one is left depends on timing). The
+# client's, not the server's: one loop for the module's async tests, as an application has one loop.
+pytestmark = [pytest.mark.asyncio(loop_scope="module"),
+              pytest.mark.filterwarnings("ignore:The test <Function .* is marked with '@pytest.mark.asyncio' but it")]
+
+# the answer's token limit: every answer the suite checks fits (a decision over client tools keeps its own floor)
+MAX_TOKENS = 64
+
+JSON_MODE = pytest.mark.xfail(strict=True, reason=(
+    "SmolLM2-135M: with response_format json_object (no schema, the keys only asked for in the prompt) it "
+    "writes 'The answer to this question is: ...' over and over inside one key until max_tokens: the "
+    "client raises LengthFinishReasonError, or the object lacks 'punchline'"))
+
+# cut for time (skipped, not overridden: the suite's own test_no_overrides_DO_NOT_OVERRIDE allows
+# only xfails): pydantic v1 structured output goes by function calling, where the model loops inside
+# the joke string to the decision's 512-token floor before a repair answers (34 s; the same path
+# passes in test_structured_few_shot_examples and test_tool_calling), and the async structured
+# output runs one schema kind (the sync test runs all three)
+SLOW = {"test_structured_output_pydantic_2_v1": "test_structured_few_shot_examples and test_tool_calling",
+        "test_structured_output_async[typeddict]": "test_structured_output[typeddict]",
+        "test_structured_output_async[json_schema]": "test_structured_output[json_schema]"}
+
+# the Responses variant: tool calling, and the usage on a stream
+RESPONSES = {
+    "test_tool_calling", "test_tool_calling_async", "test_bind_runnables_as_tools",
+    "test_tool_message_histories_string_content", "test_tool_message_histories_list_content",
+    "test_tool_choice", "test_tool_calling_with_no_arguments", "test_tool_message_error_status",
+    "test_structured_few_shot_examples", "test_agent_loop", "test_unicode_tool_call_integration",
+    "test_usage_metadata_streaming", "test_no_overrides_DO_NOT_OVERRIDE",
+}
+
+
+class _Serve(ChatModelIntegrationTests):
+    """The flags and the server's URL shared by both variants."""
+
+    url = ""
+
+    @pytest.fixture(autouse=True)
+    def _server(self, tiny: tuple[str, TraceStore], request: pytest.FixtureRequest) -> Iterator[None]:
+        type(self).url = tiny[0]
+        self.cut(request.node)
+        yield
+
+    def cut(self, test: pytest.Item) -> None:
+        """Skip a test cut for time (:data:`SLOW`)."""
+        if test.name in SLOW:
+            pytest.skip(f"cut for time (make test): its path passes in {SLOW[test.name]}")
+
+    @property
+    def chat_model_class(self) -> type[ChatOpenAI]:
+        return ChatOpenAI
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        # stream_usage: ChatOpenAI sends stream_options.include_usage by default only to OpenAI's own
+        # URL; serve, as vLLM, puts usage on a stream when asked for it (LangChain's advice for
+        # OpenAI-compatible servers: set stream_usage)
+        return {"model": "orchestrion/direct", "base_url": self.url, "api_key": "x", "temperature": 0,
+                "stream_usage": True, "max_tokens": MAX_TOKENS}
+
+    @property
+    def has_tool_choice(self) -> bool:
+        return True
+
+    @property
+    def supports_json_mode(self) -> bool:
+        return True
+
+    @property
+    def supports_model_override(self) -> bool:
+        return True
+
+    @property
+    def model_override_value(self) -> str:
+        return "orchestrion/cot"
+
+    @property
+    def supports_image_inputs(self) -> bool:
+        return False
+
+    @property
+    def supports_image_urls(self) -> bool:
+        return False
+
+    @property
+    def supports_pdf_inputs(self) -> bool:
+        return False
+
+    @property
+    def supports_audio_inputs(self) -> bool:
+        return False
+
+    @property
+    def supports_video_inputs(self) -> bool:
+        return False
+
+    @property
+    def supports_image_tool_message(self) -> bool:
+        return False
+
+    @property
+    def supports_pdf_tool_message(self) -> bool:
+        return False
+
+    @property
+    def supports_anthropic_inputs(self) -> bool:
+        return False
+
+
+@pytest.mark.integration
+class TestChatCompletions(_Serve):
+    """``ChatOpenAI`` on /v1/chat/completions: the whole suite."""
+
+    @JSON_MODE
+    def test_json_mode(self, model: BaseChatModel) -> None:
+        super().test_json_mode(model)
+
+
+@pytest.mark.integration
+class TestResponses(_Serve):
+    """``ChatOpenAI(use_responses_api=True)`` on /v1/responses: the tests in :data:`RESPONSES`."""
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return {**super().chat_model_params, "use_responses_api": True}
+
+    def cut(self, test: pytest.Item) -> None:
+        if getattr(test, "originalname", test.name) not in RESPONSES:
+            pytest.skip("cut for time (make test): the Responses variant runs the tool-calling tests and the "
+                        "streamed usage; chat completions run the whole suite")
