@@ -434,9 +434,9 @@ async def main() -> None:
                          "and machine; written only when the run ends without an error")
     args = ap.parse_args()
     if args.tasks in ("tuning", "heldout"):  # the lists of bench/families.py
-        from families import HELD_OUT, TUNING, TUNING_EXTRA
+        from families import HELD_OUT, MOVED_TO_TUNING, TUNING, TUNING_EXTRA
 
-        args.tasks = ",".join(HELD_OUT if args.tasks == "heldout" else [*TUNING, *TUNING_EXTRA])
+        args.tasks = ",".join(HELD_OUT if args.tasks == "heldout" else [*TUNING, *TUNING_EXTRA, *MOVED_TO_TUNING])
     args.history = [s for s in args.history.split(",") if s]
     args.table = [s for s in args.table.split(",") if s]
     args.limit_for = {k: int(v) for k, _, v in (p.partition("=") for p in args.limit_for.split(",") if p)}
