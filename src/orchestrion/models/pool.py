@@ -25,6 +25,7 @@ from ._threads import env_threads
 from .cost import Price
 from .presets import is_preset, missing, preset_config
 from .protocol import Model
+from .queueing import queued
 from .spec import ModelSpec
 from .types import Completion, GenerateConfig, Message
 
@@ -261,8 +262,13 @@ class Pool:
     async def complete(self, name: str, messages: Sequence[Message], config: GenerateConfig) -> Completion:
         """One completion from model ``name``, within that model's concurrency limit."""
         model = self.get(name)
-        async with self._limit(name):
+        slot = self._limit(name)
+        with queued(slot.locked()):  # an enclosing tool's time limit does not count the queue
+            await slot.acquire()
+        try:
             completion = await model.complete(messages, config)
+        finally:
+            slot.release()
         usage = completion.usage
         usage.cost_units += (usage.input_tokens + usage.output_tokens) * self.spec(name).units_per_1k_tokens / 1000
         return completion

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 from pydantic import BaseModel, ValidationError
 
 from .._errors import BudgetExceededError, ToolNotFoundError
+from ..models.queueing import pausable
 from .envelope import ToolResult, ToolStatus
 
 if TYPE_CHECKING:
@@ -115,8 +116,9 @@ class ToolRegistry:
             return ToolResult(status=ToolStatus.INVALID_ARGS, error=f"{name}: {problems}")
         limit = timeout_s if timeout_s is not None else tool.timeout_s
         try:
-            async with asyncio.timeout(limit):
-                raw = await tool.run(parsed, ctx, model)
+            async with asyncio.timeout(limit) as deadline:
+                with pausable(deadline):  # its model calls' time queued for a slot does not count
+                    raw = await tool.run(parsed, ctx, model)
             result = raw if isinstance(raw, ToolResult) else ToolResult(output=raw)
         except TimeoutError:
             result = ToolResult(status=ToolStatus.TIMEOUT, error=f"{name} timed out after {limit:g}s")
