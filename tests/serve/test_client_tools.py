@@ -47,6 +47,13 @@ class Scripted:
         return Pool.from_models([ScriptedModel(self)])
 
 
+def send_result(c: openai.OpenAI, model: str, first: Any, call_id: str, result: str) -> Any:
+    """The client's next request: the conversation, the assistant's tool call, and its result."""
+    return c.chat.completions.create(model=model, tools=TOOLS, messages=[
+        *ASK, first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call_id, "content": result}])
+
+
 def spans(store: TraceStore, trace_id: str, kind: str) -> list[dict[str, Any]]:
     return store.query("SELECT * FROM spans WHERE episode_id = ? AND kind = ? ORDER BY started", (trace_id, kind))
 
@@ -260,9 +267,7 @@ def test_trace_show_lists_the_client_tool_span(store: TraceStore) -> None:
         c = client(url)
         first = c.chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS)
         [call] = first.choices[0].message.tool_calls or []
-        c.chat.completions.create(model="orchestrion/direct", tools=TOOLS, messages=[
-            *ASK, first.choices[0].message.model_dump(exclude_none=True),  # type: ignore[list-item]
-            {"role": "tool", "tool_call_id": call.id, "content": "5"}])
+        send_result(c, "orchestrion/direct", first, call.id, "5")
     shown = CliRunner().invoke(app, ["trace", "show", ext(first)["trace_id"], "--db", str(store.path)],
                                env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
@@ -325,9 +330,7 @@ def test_para_calls_a_client_tool_beside_its_own_and_goes_on_with_the_result(sto
         [call] = first.choices[0].message.tool_calls or []
         assert first.choices[0].finish_reason == "tool_calls" and call.function.name == "add"
         assert json.loads(call.function.arguments) == {"a": 2, "b": 3}
-        second = c.chat.completions.create(model="orchestrion/para", tools=TOOLS, messages=[
-            *ASK, first.choices[0].message.model_dump(exclude_none=True),  # type: ignore[list-item]
-            {"role": "tool", "tool_call_id": call.id, "content": "5"}])
+        second = send_result(c, "orchestrion/para", first, call.id, "5")
     assert second.choices[0].finish_reason == "stop" and second.choices[0].message.content == "5"
     [ep] = episodes(store)
     assert ep["status"] == "ok" and ext(second)["trace_id"] == ep["id"]
@@ -396,9 +399,7 @@ def test_client_tool_calls_have_per_tool_metrics(store: TraceStore) -> None:
         c = client(url)
         first = c.chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS)
         [call] = first.choices[0].message.tool_calls or []
-        c.chat.completions.create(model="orchestrion/direct", tools=TOOLS, messages=[
-            *ASK, first.choices[0].message.model_dump(exclude_none=True),  # type: ignore[list-item]
-            {"role": "tool", "tool_call_id": call.id, "content": "5"}])
+        send_result(c, "orchestrion/direct", first, call.id, "5")
         text = httpx.get(url.removesuffix("/v1") + "/metrics", timeout=10).text
     assert 'orchestrion:tool_calls_total{status="ok",strategy="direct",tool="add"} 1.0' in text
     assert 'orchestrion:tool_call_latency_seconds_count{strategy="direct",tool="add"} 1.0' in text
@@ -410,9 +411,7 @@ def test_direct_answers_instead_of_repeating_a_call_it_made(store: TraceStore) -
         c = client(url)
         first = c.chat.completions.create(model="orchestrion/direct", messages=ASK, tools=TOOLS)
         [call] = first.choices[0].message.tool_calls or []
-        second = c.chat.completions.create(model="orchestrion/direct", tools=TOOLS, messages=[
-            *ASK, first.choices[0].message.model_dump(exclude_none=True),  # type: ignore[list-item]
-            {"role": "tool", "tool_call_id": call.id, "content": "5"}])
+        second = send_result(c, "orchestrion/direct", first, call.id, "5")
     assert second.choices[0].finish_reason == "stop" and second.choices[0].message.content == "5"
     answer_prompt = model.seen[-1][0][-1]["content"]
     assert 'Called add with {"a":2,"b":3}' in answer_prompt and "Result of add (status ok): 5" in answer_prompt
