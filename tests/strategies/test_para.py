@@ -280,3 +280,24 @@ async def test_a_round_that_only_recomputes_known_results_ends_the_loop(tmp_path
     assert len(decisions) == 2 and res.meta["stop"] == "recomputed" and "156" in res.answer
     assert [e.kind for e in store.events(res.trace_id) if e.kind == "recomputed_results"] == ["recomputed_results"]
     store.close()
+
+
+async def test_once_results_exist_the_round_prompt_offers_stopping_first(store: TraceStore) -> None:
+    """Round 1 reads no stopping line (there is nothing to stop on); every later round does, after its results."""
+    from orchestrion.strategies.para import ANSWERED_HINT
+    from orchestrion.tools.defaults import default_tools
+
+    prompts: list[str] = []
+
+    def reply(messages: Any, config: Any) -> str:
+        if config.json_schema is None:
+            return "Answer: 156"
+        prompts.append(messages[-1]["content"])
+        return action([{"tool": "calculator", "input": "12*13"}] if len(prompts) == 1 else [], final=len(prompts) > 1)
+
+    res = await solve("What is 12*13?", strategy="para", pool=Pool.from_models([ScriptedModel(reply, name="m")]),
+                      tools=default_tools(), store=store)
+    assert res.status == "ok" and res.meta["stop"] == "final" and len(prompts) == 2
+    assert ANSWERED_HINT.strip() not in prompts[0]
+    results_at, hint_at = prompts[1].index("Results so far"), prompts[1].index(ANSWERED_HINT.strip())
+    assert results_at < prompts[1].index("156") < hint_at

@@ -8,8 +8,11 @@ and model) are not run again; a round with nothing else ends the loop (event
 ``repeated_calls``: the same calls would bring no new result), and so does a round every call of
 which returned a result the episode already had, from another tool or input (event
 ``recomputed_results``: ``python`` re-checking the calculator's 156 is checking, not solving;
-on ``make demo`` it saved the third decision). A synthesis model then turns the
-whole trajectory into the answer. Paper defaults: 12 rounds, 4 calls per round.
+on ``make demo`` it saved the third decision). Once there are results, each round's prompt
+ends with a line that puts stopping first when one of them answers the task (``ANSWERED_HINT``;
+round 1 has none): on ``make demo`` the second decision is then ``final`` rather than a python
+run of 12*13. A synthesis model then turns the whole trajectory into the answer. Paper defaults:
+12 rounds, 4 calls per round.
 
 Programs are the coder's job (option ``programs_by_coder``). A ``python`` call whose program uses
 no number written in the task is sent to the ``coder`` agent with the whole task instead (event
@@ -239,13 +242,17 @@ def _describe(call: Call) -> str:
     return f"{call.tool}{where} <- {said[:120]!r}"
 
 
+# after the results, where stopping is the choice to weigh (round 1 reads no such line)
+ANSWERED_HINT = 'When a result above already answers the task, reply with "final": true and no calls.\n'
+
+
 def _recent(history: list[str], keep: int = 8) -> str:
     if not history:
         return "No calls yet."
     shown = history[-keep:]
     skipped = len(history) - len(shown)
     head = f"({skipped} earlier results omitted)\n" if skipped else ""
-    return "Results so far:\n" + head + "\n".join(shown) + "\n"
+    return "Results so far:\n" + head + "\n".join(shown) + "\n" + ANSWERED_HINT
 
 
 def _model_line(row: dict[str, Any]) -> str:
