@@ -43,6 +43,7 @@ import re
 import shlex
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from _fragment import tee_fragment
 from train_arms import train_arm_lines
 
 from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
+from orchestrion.eval.runner import Observer
 from orchestrion.eval.summary import StrategySummary
 from orchestrion.models.pool import PoolConfig
 from orchestrion.models.presets import LOCAL_MODELS
@@ -108,9 +110,10 @@ def _load_state(path: Path) -> dict[str, str]:
 
 
 async def _run(key: str, config: EvalConfig, factory: PoolFactory, store: TraceStore, state: dict[str, str],
-               state_path: Path) -> str:
+               state_path: Path, progress: Observer | None = None) -> str:
     """One eval run, resumed if it was started before; returns its run id. The run-id file is read
-    again here: another process may have started this run since this one began."""
+    again here: another process may have started this run since this one began. ``progress``
+    hears of each episode as it ends (bench/humaneval.py prints a line)."""
     run_id = _load_state(state_path).get(key, state.get(key))
     if run_id is not None:
         rows = store.query("SELECT status FROM runs WHERE id = ?", (run_id,))
@@ -118,15 +121,16 @@ async def _run(key: str, config: EvalConfig, factory: PoolFactory, store: TraceS
             print(f"[{key}] finished before: run {run_id}", file=sys.stderr)
             return run_id
         print(f"[{key}] resuming run {run_id}", file=sys.stderr)
-        result = await run_eval(config, store, resume=run_id, pool=factory)
+        result = await run_eval(config, store, resume=run_id, pool=factory, observer=progress)
     elif (smaller := _smaller_run(key, state)) is not None:  # its examples are the head of this sample
         print(f"[{key}] extending run {smaller} to {config.limit} examples", file=sys.stderr)
         state[key] = smaller
         state_path.write_text(json.dumps({**_load_state(state_path), key: smaller}, indent=1))
-        result = await run_eval(config, store, resume=smaller, pool=factory, extend_to=config.limit)
+        result = await run_eval(config, store, resume=smaller, pool=factory, extend_to=config.limit,
+                                observer=progress)
     else:
         started = time.perf_counter()
-        result = await _fresh(key, config, factory, store, state, state_path)
+        result = await _fresh(key, config, factory, store, state, state_path, progress)
         print(f"[{key}] {result.total} episodes in {time.perf_counter() - started:.0f}s", file=sys.stderr)
     return result.run_id
 
@@ -143,15 +147,18 @@ def _smaller_run(key: str, state: dict[str, str]) -> str | None:
 
 
 async def _fresh(key: str, config: EvalConfig, factory: PoolFactory, store: TraceStore, state: dict[str, str],
-                 state_path: Path) -> Any:
+                 state_path: Path, progress: Observer | None = None) -> Any:
     """Start a run and record its id as soon as it exists, so a kill mid-run can be resumed."""
-    from orchestrion.eval.runner import Observer
 
     class Remember(Observer):
         def started(self, run_id: str, tally: Any, resumed: bool) -> None:
             state[key] = run_id  # merged into the file as it is now: another process may have added runs
             state_path.write_text(json.dumps({**_load_state(state_path), key: run_id}, indent=1))
             print(f"[{key}] run {run_id}", file=sys.stderr)
+
+        def episode(self, outcome: Any, tally: Any) -> None:
+            if progress is not None:
+                progress.episode(outcome, tally)
 
     return await run_eval(config, store, pool=factory, observer=Remember())
 
@@ -455,11 +462,12 @@ async def main() -> None:
         store.close()
 
 
-def run_main() -> int:
-    """``main()`` with Ctrl-C as a clean stop, like ``orchestrion eval``'s: the run in progress is
-    marked interrupted (its finished episodes kept), one line says how to go on, exit 130."""
+def run_main(entry: Callable[[], Coroutine[Any, Any, None]] | None = None) -> int:
+    """``main()`` (or another bench's ``entry``) with Ctrl-C as a clean stop, like ``orchestrion
+    eval``'s: the run in progress is marked interrupted (its finished episodes kept), one line says
+    how to go on, exit 130."""
     try:
-        asyncio.run(main())
+        asyncio.run((entry or main)())
     except KeyboardInterrupt:
         print("interrupted; finished episodes are kept.", file=sys.stderr)
         print(f"resume with the same command: {shlex.join([Path(sys.executable).name, *sys.argv])}", file=sys.stderr)
