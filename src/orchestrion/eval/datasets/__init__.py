@@ -1,9 +1,11 @@
 """Evaluation datasets: BIG-bench JSON tasks, HumanEval, and a user's JSONL file.
 
 ``load_dataset(spec)`` accepts ``bigbench:TASK``, ``bigbench:TASK/SUBTASK``,
-``bigbench:/path/to/task.json``, ``humaneval``, ``jsonl:PATH`` or a path ending
+``bigbench:/path/to/task.json``, ``bigbench-mix:K[:FAMILY,...]`` (K questions of different
+families in one prompt, :mod:`.multipart`), ``humaneval``, ``jsonl:PATH`` or a path ending
 in ``.jsonl``. Task ids are stable across loads; ``limit`` keeps the first N
-(after a seeded shuffle when ``seed`` is given).
+(after a seeded shuffle when ``seed`` is given; a multi-part dataset draws its examples with the
+seed instead, so its first N are the same for any limit).
 
 Specs joined by ``+`` make a mixture (``bigbench:a@train+bigbench:b@train``): each part is
 shuffled on its own (with ``seed``), then the parts are interleaved one example at a time, so
@@ -14,7 +16,8 @@ A spec may end in ``@train`` or ``@test`` to select one side of a fixed split by
 a task is on the train side when a hash of its id falls in the first :data:`TRAIN_SHARE` of the
 range. The split depends on nothing but the id (not on order, limit or seed), so examples used to
 train an orchestrator and examples used to evaluate it are disjoint by construction; each task's
-``metadata["split"]`` and the run's dataset spec record which side was used.
+``metadata["split"]`` and the run's dataset spec record which side was used. A multi-part example
+is on the side of its questions (all on one side under ``@train`` / ``@test``; else test when any is).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from pathlib import Path
 from ..._errors import ConfigError
 from ...runtime.types import Task
 from ..scorers import AutoScorer, Scorer
-from . import _fetch, humaneval
+from . import _fetch, humaneval, multipart
 from .bigbench import NAMED_TASKS, load_bigbench
 from .jsonl import load_jsonl
 
@@ -45,14 +48,22 @@ __all__ = [
     "split_of",
 ]
 
-SPEC_HELP = ("bigbench:TASK[/SUBTASK], bigbench:/path/task.json, humaneval, jsonl:PATH or a .jsonl path, "
-             "optionally ending in @train or @test; several joined by + make a mixture")
+SPEC_HELP = ("bigbench:TASK[/SUBTASK], bigbench:/path/task.json, bigbench-mix:K[:FAMILY,...], humaneval, "
+             "jsonl:PATH or a .jsonl path, optionally ending in @train or @test; several joined by + make a mixture")
 SPLITS = ("train", "test")
 TRAIN_SHARE = 0.7  # of each dataset's examples, by id hash
 
 
 def split_of(task_id: str) -> str:
-    """``train`` or ``test``: the fixed side of the split that example ``task_id`` is on."""
+    """``train`` or ``test``: the fixed side of the split that example ``task_id`` is on (for a
+    multi-part example, ``test`` when any of its questions is)."""
+    parts = multipart.part_ids(task_id)
+    if parts is not None:
+        return "test" if any(_side(p) == "test" for p in parts) else "train"
+    return _side(task_id)
+
+
+def _side(task_id: str) -> str:
     digest = hashlib.sha256(task_id.encode("utf-8")).digest()
     return "train" if int.from_bytes(digest[:8], "big") < TRAIN_SHARE * 2**64 else "test"
 
@@ -69,7 +80,7 @@ def _split_spec(spec: str) -> tuple[str, str | None]:
 @dataclass
 class Dataset:
     name: str  # the spec as given, e.g. "bigbench:arithmetic/2_digit_addition"
-    kind: str  # "bigbench" | "humaneval" | "jsonl"
+    kind: str  # "bigbench" | "bigbench-mix" | "humaneval" | "jsonl" | "mix"
     tasks: list[Task]
     scorer: Scorer
     split: str | None = None  # "train" | "test" | None (every example)
@@ -100,6 +111,9 @@ def load_dataset(spec: str, *, limit: int | None = None, seed: int | None = None
     full = spec
     spec, split = _split_spec(spec)
     kind, _, ref = spec.strip().partition(":")
+    if kind == multipart.KIND and ref.strip():  # draws its own examples, each from one side
+        tasks = multipart.load_multipart(spec, ref, split, seed=seed, limit=limit, side=split_of)
+        return Dataset(name=full, kind=kind, tasks=tasks, scorer=multipart.PartsScorer(), split=split)
     if kind == "bigbench" and ref.strip():
         tasks, kind = load_bigbench(spec, ref.strip()), "bigbench"
     elif kind == "humaneval" and not ref.strip():
@@ -123,7 +137,8 @@ def _mixture(spec: str, parts: list[str], limit: int | None, seed: int | None) -
     loaded = [load_dataset(p, seed=seed) for p in parts]
     tasks = [t for row in itertools.zip_longest(*(d.tasks for d in loaded)) for t in row if t is not None]
     splits = {d.split for d in loaded}
-    return Dataset(name=spec, kind="mix", tasks=_select(tasks, limit, None), scorer=AutoScorer(),
+    scorer = multipart.PartsScorer() if any(d.kind == multipart.KIND for d in loaded) else AutoScorer()
+    return Dataset(name=spec, kind="mix", tasks=_select(tasks, limit, None), scorer=scorer,
                    split=splits.pop() if len(splits) == 1 else None)
 
 

@@ -1,0 +1,237 @@
+"""Multi-part tasks: ``bigbench-mix:K`` puts K BIG-bench questions, from K different families,
+numbered in one prompt, and grades each part by its own family's rule.
+
+``bigbench-mix:K`` draws from :data:`DEFAULT_FAMILIES` (the tuning families of the results tables);
+``bigbench-mix:K:fam1,fam2,...`` names others (at least K). With ``@train`` / ``@test`` every
+question comes from its family's own side of the split, so an ``@test`` example holds only
+``@test`` questions; without a suffix, an example is on the test side when any of its questions is.
+
+**Sampling.** Each family's questions are shuffled once, with a seed made of the family's name,
+the side and the dataset seed (so ``bigbench-mix:3`` and ``bigbench-mix:4`` take each family's
+questions in the same order). Example *i* takes the K families used least so far (ties broken by a
+seeded draw), in a seeded order, and the next unused question of each. Every family is used
+equally often and no question twice, so there are ``⌊smallest family's side × families / K⌋``
+examples (128 on ``bigbench-mix:3@test`` with the default families); ``--limit N`` takes the first N,
+and example *i* is the same for any limit, so a run can be extended. The same spec and seed give
+the same examples; the id joins the part ids (``bigbench-mix:word_sorting/12,navigate/40,...``).
+
+**Scoring** (:class:`PartsScorer`): the answer's numbered lines are read (``1: x``, ``1. x``,
+``(1) x``, ``Part 1: x``, ...), each part is scored by the ordinary scorer of its own mode (exact,
+numeric or multiple choice), and a missing part scores 0. The example's score is the mean of
+its parts; ``correct`` (and ``all_parts``) means every part was right; ``parts`` lists each part.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..._errors import ConfigError
+from ..._text import marked_answer, without_answer_line_hint
+from ...runtime.types import Task
+from ..scorers import AutoScorer, Score
+from .bigbench import load_bigbench
+
+KIND = "bigbench-mix"
+MODE = "multipart"  # the example's metadata["scoring"]; each part keeps its own mode
+ID_PREFIX = f"{KIND}:"
+# the tuning families of bench/families.py (TUNING): the library does not import bench/, a test
+# checks that the two lists agree
+DEFAULT_FAMILIES = (
+    "arithmetic/3_digit_multiplication", "arithmetic/2_digit_division",
+    "object_counting", "word_sorting", "date_understanding", "logical_deduction",
+    "penguins_in_a_table", "temporal_sequences",
+)
+# how each part's line should read, by the part's scoring mode
+FORMS = {"multiple_choice": "one of its options, as (X) option text", "numeric": "a number only",
+         "exact": "the answer only, no explanation"}
+_PART_KEYS = ("scoring", "targets", "target_scores", "labels")
+
+
+@dataclass(frozen=True)
+class MixSpec:
+    k: int
+    families: tuple[str, ...]
+
+
+def parse_spec(ref: str) -> MixSpec:
+    """``K`` or ``K:fam1,fam2,...`` (what follows ``bigbench-mix:``)."""
+    count, _, names = ref.strip().partition(":")
+    if not count.strip().isdigit() or int(count) < 2:
+        raise ConfigError(f"'{KIND}:{ref}': K must be a whole number of parts, 2 or more, e.g. {KIND}:3")
+    families = tuple(f.strip() for f in names.split(",") if f.strip()) if names.strip() else DEFAULT_FAMILIES
+    if len(set(families)) != len(families):
+        raise ConfigError(f"'{KIND}:{ref}': a family is named twice")
+    if int(count) > len(families):
+        raise ConfigError(f"'{KIND}:{ref}': {count} parts need {count} different families, "
+                          f"{len(families)} given")
+    return MixSpec(int(count), families)
+
+
+def part_ids(task_id: str) -> list[str] | None:
+    """The ids of a multi-part example's questions; None for any other id."""
+    if not task_id.startswith(ID_PREFIX):
+        return None
+    return [p for p in task_id[len(ID_PREFIX):].split(",") if p] or None
+
+
+def capacity(sizes: list[int], k: int) -> int:
+    """How many examples K parts can make from families of these sizes, each family used equally."""
+    return min(sizes) * len(sizes) // k if sizes else 0
+
+
+def load_multipart(spec: str, ref: str, split: str | None, *, seed: int | None, limit: int | None,
+                   side: Callable[[str], str]) -> list[Task]:
+    """The first ``limit`` examples (all of them when None) of ``bigbench-mix:ref``; ``side`` gives a
+    question id's side of the split."""
+    if limit is not None and limit < 0:
+        raise ConfigError(f"limit must be 0 or more, got {limit}")
+    mix = parse_spec(ref)
+    pools = {f: _questions(f, split, seed, side) for f in mix.families}
+    empty = [f for f, qs in pools.items() if not qs]
+    if empty:
+        raise ConfigError(f"dataset '{spec}': no questions on the {split} side of {', '.join(empty)}")
+    count = capacity([len(qs) for qs in pools.values()], mix.k)
+    count = count if limit is None else min(count, limit)
+    rng = random.Random(f"{KIND}|{mix.k}|{','.join(mix.families)}|{split}|{seed or 0}")
+    used = dict.fromkeys(mix.families, 0)
+    tasks = []
+    for _ in range(count):
+        chosen = sorted(mix.families, key=lambda f: (used[f], rng.random()))[:mix.k]
+        rng.shuffle(chosen)
+        parts = [pools[f][used[f]] for f in chosen]
+        for f in chosen:
+            used[f] += 1
+        tasks.append(combine(spec, parts, chosen, split))
+    return tasks
+
+
+def _questions(family: str, split: str | None, seed: int | None, side: Callable[[str], str]) -> list[Task]:
+    tasks = [t for t in load_bigbench(f"bigbench:{family}", family) if split is None or side(str(t.id)) == split]
+    random.Random(f"{KIND}|{family}|{split}|{seed or 0}").shuffle(tasks)
+    return tasks
+
+
+def combine(spec: str, parts: list[Task], families: list[str], split: str | None) -> Task:
+    """One multi-part example of ``parts`` (in that order)."""
+    meta: dict[str, Any] = {"dataset": spec, "task": f"{KIND}:{len(parts)}", "scoring": MODE,
+                            "families": families, "parts": [_part_meta(p, f) for p, f in zip(parts, families)]}
+    if split is not None:
+        meta["split"] = split
+    answer = "\n".join(f"{n}: {_shown_answer(p)}" for n, p in enumerate(meta["parts"], 1))
+    task_id = ID_PREFIX + ",".join(str(p.id) for p in parts)
+    return Task(prompt=build_prompt(meta["parts"]), id=task_id, answer=answer, metadata=meta)
+
+
+def _part_meta(part: Task, family: str) -> dict[str, Any]:
+    meta = {k: part.metadata[k] for k in _PART_KEYS if k in part.metadata}
+    return {"id": part.id, "family": family, "prompt": without_answer_line_hint(part.prompt),
+            "answer": part.answer, "choices": part.choices, **meta}
+
+
+def _shown_answer(part: dict[str, Any]) -> str:
+    choices, answer = part.get("choices"), str(part.get("answer"))
+    if choices and answer in choices:
+        return f"({part['labels'][choices.index(answer)]}) {answer}"
+    return answer
+
+
+def build_prompt(parts: list[dict[str, Any]]) -> str:
+    """The numbered questions, each with the form of its answer, then how to write the last lines."""
+    k = len(parts)
+    blocks = [f"Answer each of the {k} questions below. They do not depend on one another."]
+    for n, part in enumerate(parts, 1):
+        form = FORMS.get(str(part.get("scoring")), FORMS["exact"])
+        blocks.append(f"Question {n} (answer line: {form})\n{part['prompt']}")
+    lines = "\n".join(f"{n}: <your answer to question {n}>" for n in range(1, k + 1))
+    blocks.append(f"When you have worked them out, end your reply with {k} lines, one for each question "
+                  f"in order, each made of the question's number, a colon and that question's answer only:\n{lines}")
+    return "\n\n".join(blocks)
+
+
+_LABEL = re.compile(
+    r"^[ \t>*_#-]*(?:"
+    r"(?P<word>part|question|problem|answer|q)[ \t]*(?:no\.?|#)?[ \t]*\(?(?P<wn>\d{1,2})(?!\d)\)?[ \t]*[:.)\]-]?"
+    r"|\((?P<pn>\d{1,2})\)"
+    r"|(?P<bn>\d{1,2})(?:[ \t]*[:)]|\.(?=[\s*_]|$)))"
+    r"(?P<rest>.*)$", re.IGNORECASE)
+
+
+def parse_parts(output: str, k: int) -> dict[int, str]:
+    """Each part's answer text, by part number (1 to ``k``), from the answer's last numbered lines.
+
+    The last run of labelled lines in increasing order is read: among all labels, or among those
+    labelled the way the last one is ("Part 2:" or a bare "2:") when that run is longer (then
+    numbered steps inside a part's working do not cut it short). A part's text is what follows its
+    label, unless the lines under it mark an answer ("Answer: x") or the label stands alone (then
+    the lines under it).
+    """
+    lines = output.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        m = _LABEL.match(line)
+        if m is not None and 1 <= (n := int(m["wn"] or m["pn"] or m["bn"])) <= k:
+            found.append((i, n, m["word"] is not None, m["rest"]))
+    if not found:
+        return {}
+    block = max(_last_run(found), _last_run([f for f in found if f[2] == found[-1][2]]), key=len)
+    out = {}
+    for j, (i, n, _, rest) in enumerate(block):
+        end = block[j + 1][0] if j + 1 < len(block) else len(lines)
+        under = "\n".join(lines[i + 1:end]).strip()
+        text = (marked_answer(under) if under else None) or rest.strip().strip("*_`").strip() or under
+        if text:
+            out[n] = text
+    return out
+
+
+def _last_run(found: list[tuple[int, int, bool, str]]) -> list[tuple[int, int, bool, str]]:
+    """The last labels whose numbers increase, read back from the last one."""
+    run = [found[-1]]
+    for f in reversed(found[:-1]):
+        if f[1] >= run[0][1]:
+            break
+        run.insert(0, f)
+    return run
+
+
+@dataclass(frozen=True)
+class PartsScore(Score):
+    """A multi-part example's score: ``value`` is the parts' mean, ``correct`` all parts right."""
+
+    parts: tuple[dict[str, Any], ...] = ()
+
+    def to_meta(self) -> dict[str, Any]:
+        right = sum(1 for p in self.parts if p["correct"])
+        return {**super().to_meta(), "part_score": self.value, "all_parts": self.correct,
+                "parts_right": right, "parts": list(self.parts)}
+
+
+class PartsScorer(AutoScorer):
+    """:class:`AutoScorer`, and multi-part examples part by part, each by its own mode."""
+
+    async def __call__(self, task: Task, output: str) -> Score:
+        parts = task.metadata.get("parts")
+        if task.metadata.get("scoring") != MODE or not isinstance(parts, list) or not parts:
+            return await super().__call__(task, output)
+        answers = parse_parts(output, len(parts))
+        rows = []
+        for n, part in enumerate(parts, 1):
+            text = answers.get(n)
+            got = Score(0.0, False, None, "no line for this part") if text is None \
+                else await super().__call__(_part_task(part), text)
+            rows.append({"n": n, "id": part.get("id"), "family": part.get("family"), "score": got.value,
+                         "correct": got.correct, "extracted": got.extracted, "detail": got.detail})
+        mean = sum(r["score"] for r in rows) / len(rows)
+        right = sum(1 for r in rows if r["correct"])
+        extracted = "\n".join(f"{r['n']}: {r['extracted']}" for r in rows if r["extracted"] is not None)
+        return PartsScore(mean, right == len(rows), extracted or None,
+                          f"{right} of {len(rows)} parts right", tuple(rows))
+
+
+def _part_task(part: dict[str, Any]) -> Task:
+    return Task(prompt=str(part.get("prompt") or "part"), id=part.get("id"), answer=part.get("answer"),
+                choices=part.get("choices"), metadata={k: part[k] for k in _PART_KEYS if k in part})
