@@ -64,8 +64,13 @@ _CHOICE = ("'none' (no tool is offered), 'auto', 'required' (a tool must be call
 _LOGPROBS = ("token log-probs of the answer are not available: the answer is written by the episode "
              "(a synthesis grounded on results, its citations replaced by them, or several model calls), "
              "and the runtime records log-probs only for orchestrator decisions (see the trace)")
-_NO_CHOICE = "only 'none' or 'auto'"
-_LEGACY = "the legacy functions field is not supported: send the functions as tools"
+# OpenAI's deprecated function calling: vLLM's request schema has neither field either (it drops them,
+# logging a warning); here a request that uses them is refused with the fields that replace them
+_LEGACY = ("OpenAI's deprecated form of tools, not read here: send each function as a tool in 'tools' "
+           "({'type': 'function', 'function': {name, description, parameters}}), and function_call as 'tool_choice'")
+LEGACY_CHOICE = ("OpenAI's deprecated form of tool_choice, read only as 'none' or 'auto' without tools: send "
+                 "'tool_choice' ('none', 'auto', 'required' or {'type': 'function', 'function': {'name': ...}}) "
+                 "and the functions as 'tools'")
 _RECORDED = "recorded in the episode's task metadata (the trace)"
 _CACHE = "prompt prefixes are cached automatically, per model (Orchestrion's prefix cache)"
 _MODEL = Rule("honoured", "the strategy that answers: orchestrion/<strategy> (404 for another)")
@@ -85,8 +90,8 @@ _IGNORED_COMMON: dict[str, Rule] = {
 }
 
 
-def _tool_choice(value: Any) -> str | None:
-    return None if value is None or value in ("none", "auto") else _NO_CHOICE
+def _function_call(value: Any) -> str | None:
+    return None if value is None or value in ("none", "auto") else LEGACY_CHOICE
 
 
 def _n(value: Any) -> str | None:
@@ -118,8 +123,9 @@ CHAT_FIELDS: dict[str, Rule] = {
     "tools": Rule("honoured", _CLIENT_TOOLS),
     "functions": _refused(_LEGACY),
     "tool_choice": Rule("honoured", _CHOICE),
-    "function_call": Rule("honoured", "legacy, with functions (which are refused): 'none' or 'auto' only",
-                          _tool_choice),
+    "function_call": Rule("honoured", "legacy: 'none' or 'auto' in a request without tools (no function is called); "
+                          "any other value, or any value beside tools, is a 400 that says to send tool_choice",
+                          _function_call),
     "parallel_tool_calls": Rule("honoured", "false: at most one client tool call per response (para may call "
                                 "several client tools in one round otherwise; direct calls one at a time)"),
     "logprobs": _refused(_LOGPROBS),

@@ -58,7 +58,7 @@ from ._conversation import ChatMessage as ChatMessage
 from ._conversation import check_tool_messages
 from ._conversation import task_prompt as task_prompt
 from ._conversation import text_of as text_of
-from ._fields import CHAT_FIELDS, Rule, screen, unread_keys
+from ._fields import CHAT_FIELDS, LEGACY_CHOICE, Rule, screen, unread_keys
 from ._tool_spec import tool_spec
 
 MODEL_PREFIX = "orchestrion/"
@@ -236,6 +236,8 @@ def parse_request(body: bytes) -> ChatRequest:
     for i, message in enumerate(req.messages):
         req._ignored += check_parts(message.content, f"messages.{i}.content")
     check_tool_messages(req.messages)
+    if req.function_call is not None and req.tools:  # the legacy choice beside tools: tool_choice says it
+        raise ApiError(400, f"'function_call': {LEGACY_CHOICE}", code="unsupported_value", param="function_call")
     req._spec = tool_spec(req.tools, req.tool_choice, req.parallel_tool_calls)
     req.json_schema  # noqa: B018 - a json_schema format without its schema is a 400 now, not later
     return req
