@@ -64,6 +64,14 @@ def _label(span: SpanRow, t0: float) -> str:
     )
 
 
+def _client_wait(ep: EpisodeRow) -> str:
+    """An episode with client tools: its wall time, and how much of it was the wait for the client's results."""
+    waited = ep.meta_value().get("client_wait_s")
+    if not isinstance(waited, int | float) or ep.ended is None:
+        return ""
+    return f"  wall={ep.ended - ep.started:.3f}s, of which client wait={waited:g}s"
+
+
 def _short(value: Any, limit: int = 80) -> str:
     text = value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
     text = text.replace("\n", " ")
@@ -81,7 +89,7 @@ def episode_tree(store: TraceStore, episode_id: str) -> Tree:
     finished = "finished" if ep.finished else "UNFINISHED (interrupted)"
     root = Tree(
         f"[bold]episode {ep.id}[/bold] strategy={ep.strategy} status={ep.status} ({finished})  "
-        f"{ep.input_tokens}+{ep.output_tokens} tok  {_cost(ep.cost_usd)}"
+        f"{ep.input_tokens}+{ep.output_tokens} tok  {_cost(ep.cost_usd)}{_client_wait(ep)}"
     )
     if ep.answer:
         root.add(escape(f"answer: {_short(ep.answer, 200)}"))

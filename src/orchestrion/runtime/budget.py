@@ -5,11 +5,18 @@ model or tool call, and the call whose spend crosses a tokens, dollars or cost-u
 limit raises as soon as it is charged (its span is recorded first); either way
 :class:`BudgetExceededError` becomes the episode status ``budget_exceeded`` with
 the trace kept.
+
+Wall time is the episode's own: while it waits for something that is not its work (serve's
+client running its client tools, :meth:`BudgetTracker.paused`) its clock stands still, both
+``elapsed_s`` and the ``wall_s`` deadline the episode runs under.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -76,10 +83,28 @@ class BudgetTracker:
         self.rounds = 0
         self.subagents = 0
         self.started = time.monotonic()
+        self.paused_s = 0.0  # time spent in paused(): not the episode's own
+        self.deadline: asyncio.Timeout | None = None  # the wall_s deadline the episode runs under (run_episode)
 
     @property
     def elapsed_s(self) -> float:
-        return time.monotonic() - self.started
+        """The episode's own wall time so far (its paused waits left out)."""
+        return time.monotonic() - self.started - self.paused_s
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """Around a wait that is not the episode's work: ``elapsed_s`` and the ``wall_s`` deadline stand still."""
+        began = time.monotonic()
+        deadline, left = self.deadline, None
+        if deadline is not None and not deadline.expired() and (when := deadline.when()) is not None:
+            left = when - asyncio.get_running_loop().time()
+            deadline.reschedule(None)
+        try:
+            yield
+        finally:
+            self.paused_s += time.monotonic() - began
+            if deadline is not None and left is not None and not deadline.expired():
+                deadline.reschedule(asyncio.get_running_loop().time() + left)
 
     def charge(self, usage: Usage) -> None:
         """Add what a call spent; the call that takes a spend limit past its budget raises at once."""

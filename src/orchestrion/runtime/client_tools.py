@@ -10,6 +10,10 @@ ordinary :class:`~orchestrion.tools.envelope.ToolResult` envelopes with their st
 episode goes on: same trace, round and budget. An episode whose results do not come within
 ``timeout_s`` raises :class:`ClientToolsTimeout`, and is recorded ``interrupted``.
 
+The wait is the client's time, not the episode's: the budget's wall clock stands still through it
+(:meth:`~orchestrion.runtime.budget.BudgetTracker.paused`), and :attr:`ClientTools.waited_s`, the
+total, is reported apart from the episode's wall time (``client_wait_s`` in its meta).
+
 What the request offers is a :class:`ClientToolSpec`: the tools with their JSON-schema
 parameters, ``choice`` (OpenAI's ``tool_choice``: ``none``, ``auto``, ``required``, or one tool's
 name) and ``parallel`` (``parallel_tool_calls``). A continuation may change it (the client's
@@ -125,6 +129,7 @@ class ClientTools:
         self.on_pause = on_pause
         self.waiting: list[ClientToolCall] = []  # the calls the episode waits for now
         self.called = 0  # client tool calls made in this episode
+        self.waited_s = 0.0  # how long the episode has waited for the client's results, in all
         self._results: asyncio.Future[dict[str, ClientToolReply]] | None = None
         self._given_up: str | None = None  # why the wait was ended early (give_up)
 
@@ -159,7 +164,8 @@ class ClientTools:
         if self.on_pause is not None:
             self.on_pause(list(calls), _copy(budget.usage))
         try:
-            replies = await asyncio.wait_for(asyncio.shield(self._results), self.timeout_s)
+            with budget.paused():  # the client's time, not the episode's: its wall clock stands still
+                replies = await asyncio.wait_for(asyncio.shield(self._results), self.timeout_s)
         except TimeoutError:
             why = self._given_up or \
                 f"no result came within {self.timeout_s:g}s (the client did not continue the conversation)"
@@ -175,6 +181,7 @@ class ClientTools:
         finally:
             self.waiting = []
             self._results = None
+            self.waited_s += time.monotonic() - asked
         waited = round(time.monotonic() - asked, 3)
         results = []
         for call, span in zip(calls, spans, strict=True):

@@ -83,6 +83,7 @@ class EpisodeResult:
     trace_id: str
     error: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    client_wait_s: float = 0.0  # of wall_s, the time paused for the client's tool results (not the episode's work)
 
     @property
     def cost_usd(self) -> float | None:
@@ -97,6 +98,7 @@ class EpisodeResult:
             "cost_usd": self.usage.cost_usd,
             "cost_units": self.usage.cost_units,
             "wall_s": round(self.wall_s, 3),
+            "client_wait_s": round(self.client_wait_s, 3),
             "trace_id": self.trace_id,
             "error": self.error,
             "meta": self.meta,
@@ -142,7 +144,7 @@ async def run_episode(task: str | Task, strategy: EpisodeStrategy, **args: Unpac
     finally:
         ended = await _finish(ep, end, args.get("review"))
     return EpisodeResult(end.answer, end.status, ep.strategy.name, ep.ctx.budget.usage, ended - ep.started, ep.id,
-                         end.error, end.meta)
+                         end.error, end.meta, _client_wait_s(ep))
 
 
 def checked_options(strategy: EpisodeStrategy, pool: Pool, options: dict[str, Any] | None) -> StrategyOptions:
@@ -186,7 +188,8 @@ async def _run(ep: _Episode, end: _Ending) -> None:
     token = set_current(root)
     wall_s = ep.ctx.budget.budget.wall_s
     try:
-        async with asyncio.timeout(wall_s):
+        async with asyncio.timeout(wall_s) as deadline:
+            ep.ctx.budget.deadline = deadline  # stands still while the episode waits for its client
             result = await ep.strategy.solve(ep.task, ep.ctx)
             end.answer, end.status, end.meta = result.text, result.status, result.meta
             end.answer = await _fitted(ep, end)
@@ -206,6 +209,7 @@ async def _run(ep: _Episode, end: _Ending) -> None:
         end.status, end.error = EpisodeStatus.ERROR, f"{type(exc).__name__}: {exc}"
         raise
     finally:
+        ep.ctx.budget.deadline = None
         reset_current(token)
         root.set(answer=end.answer, error=end.error)
         root.end(end.status)
@@ -241,11 +245,17 @@ async def _finish(ep: _Episode, end: _Ending, review: Review | None) -> float:
     reviewed: dict[str, Any] = {}
     if review is not None and end.status != EpisodeStatus.CANCELLED:
         reviewed = await review(ep.task, end.answer, ep.ctx.results)
+    waited = {} if ep.ctx.client_tools is None else {"client_wait_s": round(_client_wait_s(ep), 3)}
     ep.store.finish_episode(ep.id, status=end.status, answer=end.answer, error=end.error, ended=ended,
-                            usage=ep.ctx.budget.usage, meta_patch={**reviewed, "result": end.meta})
+                            usage=ep.ctx.budget.usage, meta_patch={**reviewed, **waited, "result": end.meta})
     await asyncio.shield(ep.store.aflush())
     if ep.own_pool:  # HTTP sessions, model handles
         await ep.pool.aclose()
     if ep.own_store:  # everything is committed above
         await asyncio.to_thread(ep.store.close)
     return ended
+
+
+def _client_wait_s(ep: _Episode) -> float:
+    """How long the episode waited for its client's tool results (0 without client tools)."""
+    return 0.0 if ep.ctx.client_tools is None else ep.ctx.client_tools.waited_s

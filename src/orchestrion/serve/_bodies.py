@@ -11,7 +11,9 @@ Response
     LangChain's ``response_metadata["system_fingerprint"]``, LiteLLM's ``system_fingerprint``),
     the headers ``X-Orchestrion-Trace-Id`` and ``X-Orchestrion-Status``, and the body field
     ``orchestrion`` = {trace_id, status, error, strategy, cost_usd, wall_s} (with ``ignored``:
-    the request fields that had no effect, also in the header ``X-Orchestrion-Ignored-Fields``).
+    the request fields that had no effect, also in the header ``X-Orchestrion-Ignored-Fields``;
+    with ``client_wait_s`` after client tool calls: the part of ``wall_s`` the episode spent
+    paused for the client's results).
     One that ended in ``error`` is a 502 error body (code ``episode_failed``, with
     ``x-should-retry: false``: the episode already retried its model calls, so the official
     client and the clients built on it raise at once instead of running it again; streamed: an
@@ -163,6 +165,8 @@ def episode_summary(result: EpisodeResult, ignored: list[str] | None = None) -> 
     effect, when there are any)."""
     summary = {"trace_id": result.trace_id, "status": result.status, "error": result.error,
                "strategy": result.strategy, "cost_usd": result.cost_usd, "wall_s": round(result.wall_s, 3)}
+    if result.client_wait_s:  # of wall_s, the time paused for the client's tool results
+        summary["client_wait_s"] = round(result.client_wait_s, 3)
     return {**summary, "ignored": ignored} if ignored else summary
 
 

@@ -7,7 +7,8 @@ Server-wide series:
 - ``orchestrion_requests_total{endpoint, code}`` and ``orchestrion_request_duration_seconds{endpoint}``:
   every HTTP request, timed to the last byte sent (a streamed answer included);
 - ``orchestrion_episodes_total{strategy, status}``, ``orchestrion_episode_duration_seconds{strategy}``
-  and ``orchestrion_episodes_in_flight``;
+  (the episode's own time: its waits for client tool results, ``client_wait_s``, are left out; they
+  are the client tools' latency below) and ``orchestrion_episodes_in_flight``;
 - ``orchestrion_tokens_total{direction}`` (input, output) and ``orchestrion_cost_usd_total``, summed
   over finished episodes; ``orchestrion_cost_unknown_episodes_total`` counts those whose price is
   unknown (their dollars are not in the sum, never counted as 0);
@@ -95,7 +96,8 @@ class ServeMetrics:
                                    ["endpoint"], buckets=_LATENCY_BUCKETS, registry=r)
         self.episodes = Counter("orchestrion_episodes", "finished episodes by strategy and status",
                                 ["strategy", "status"], registry=r)
-        self.episode_s = Histogram("orchestrion_episode_duration_seconds", "episode wall time", ["strategy"],
+        self.episode_s = Histogram("orchestrion_episode_duration_seconds",
+                                   "episode wall time less its waits for client tool results", ["strategy"],
                                    buckets=_LATENCY_BUCKETS, registry=r)
         self.in_flight = Gauge("orchestrion_episodes_in_flight", "episodes running now", registry=r)
         self.tokens = Counter("orchestrion_tokens", "model tokens of finished episodes", ["direction"], registry=r)
@@ -136,7 +138,7 @@ class ServeMetrics:
 
     def episode(self, result: EpisodeResult) -> None:
         self.episodes.labels(result.strategy, str(result.status)).inc()
-        self.episode_s.labels(result.strategy).observe(result.wall_s)
+        self.episode_s.labels(result.strategy).observe(max(0.0, result.wall_s - result.client_wait_s))
         self.tokens.labels("input").inc(result.usage.input_tokens)
         self.tokens.labels("output").inc(result.usage.output_tokens)
         if result.usage.cost_usd is None:
