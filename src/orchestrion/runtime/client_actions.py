@@ -26,7 +26,10 @@ from .json_check import value_problem
 from .synthesis import answer_directly
 
 MAX_CLIENT_ROUNDS = 32  # client tool calls one answer may make before it must answer
-ACTION_TOKENS = 512  # a decision's output limit, at least (the arguments are written in it)
+# a decision's output limit, at least, whatever the answer's max_tokens: a call's arguments are written
+# in it, and a call cut short would not parse (a token budget can still cut it: the episode then ends
+# budget_exceeded, with no call)
+ACTION_TOKENS = 512
 
 
 class ClientAction(BaseModel):
@@ -139,9 +142,11 @@ async def answer_with_client_tools(task: str, ctx: RunContext, *, model: str | N
                                    config: GenerateConfig | None = None) -> str:
     """``direct`` with client tools: each decision answers or calls one client tool; a call waits for
     its result (the episode pauses, :meth:`RunContext.call_client_tools`) and the next decision
-    reads it. A decision that never validates, tools no longer offered, or a call made already
-    (same tool and arguments, unless a call is required: event ``repeated_client_call``) end in
-    the direct answer on the conversation so far, its calls and results included."""
+    reads it. A decision that never validates, tools no longer offered, a call made already
+    (same tool and arguments, unless a call is required: event ``repeated_client_call``), or an
+    answer longer than ``config.max_tokens`` (the decision may write :data:`ACTION_TOKENS`: event
+    ``answer_over_max_tokens``) end in the direct answer on the conversation so far, its calls and
+    results included, under ``config``."""
     tools = ctx.client_tools
     assert tools is not None
     base = config or GenerateConfig(max_tokens=ACTION_TOKENS)
@@ -152,13 +157,18 @@ async def answer_with_client_tools(task: str, ctx: RunContext, *, model: str | N
         spec = tools.spec  # a continuation may offer other tools, or another choice
         if not spec.offered:
             break
+        spent = ctx.budget.usage.output_tokens
         decision = await ctx.decide(action_model(spec), [msg("system", tools_prompt(spec)), *turns], model=model,
                                     config=cfg, json_schema=action_schema(spec), name="client tools")
         action = decision.action
         if action is None:
             break
         if action.tool is None:
-            return (action.answer or "").strip()
+            written = ctx.budget.usage.output_tokens - spent  # the decision's tokens, the answer's and more
+            if written <= base.max_tokens:
+                return (action.answer or "").strip()
+            ctx.tracer.event("answer_over_max_tokens", {"output_tokens": written, "max_tokens": base.max_tokens})
+            break
         call = ClientToolCall(action.tool, action.arguments or {})
         if not spec.must_call and f"Called {call.name} with {call.arguments_json}" in seen:
             # the same call again would bring the same result: answer from what came back (a small model loops)
