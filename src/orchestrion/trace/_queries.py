@@ -20,6 +20,7 @@ from .._errors import TraceError
 from ..models.types import Usage
 from ..status import EpisodeStatus, RunStatus
 from ._json import dumps
+from ._library import trusted_programs
 from .bus import EventType, TraceEvent
 from .rows import DecisionRow, DecisionSpanRow, EpisodeRow, EventRow, RunRow, SpanRow
 
@@ -229,24 +230,23 @@ class TraceQueries:
     def worked_programs(self, limit: int, split: str = "train") -> list[tuple[str, str]]:
         """(task prompt, program) of the latest correct episodes on ``split`` whose answer is what a
         program printed (``meta.result.program_ok``, kept in format): each episode's last python run
-        that returned ``ok``, newest episode first; at most ``limit``. What the coder's program
-        library (:meth:`orchestrion.runtime.context.RunContext.worked_programs`) shows."""
+        that returned ``ok``, newest episode first; at most ``limit``, and only programs whose shape
+        was right in most of its runs (:mod:`._library`). What the coder's program library
+        (:meth:`orchestrion.runtime.context.RunContext.worked_programs`) shows."""
         rows = self.query(
             "SELECT e.id AS episode, json_extract(e.task, '$.prompt') AS prompt, "
+            "json_extract(e.meta, '$.correct') AS correct, "
             "json_extract(s.attrs, '$.args.code') AS code FROM episodes e JOIN spans s ON s.episode_id = e.id "
-            "WHERE e.finished = 1 AND json_extract(e.meta, '$.correct') = 1 "
-            "AND json_extract(e.meta, '$.result.program_ok') = 1 "
+            "WHERE e.finished = 1 AND json_extract(e.meta, '$.result.program_ok') = 1 "
             "AND json_extract(e.meta, '$.result.out_of_format') IS NULL "
             "AND json_extract(e.task, '$.metadata.split') = ? AND s.kind = 'tool' "
             "AND json_extract(s.attrs, '$.tool') = 'python' AND s.status = 'ok' "
             "ORDER BY e.ended DESC, s.ended DESC", (split,))
-        out: dict[str, tuple[str, str]] = {}
+        runs: dict[str, tuple[str, str, bool]] = {}
         for r in rows:
-            if r["episode"] not in out and isinstance(r["prompt"], str) and isinstance(r["code"], str) and r["code"]:
-                out[r["episode"]] = (r["prompt"], r["code"])
-            if len(out) >= limit:
-                break
-        return list(out.values())
+            if r["episode"] not in runs and isinstance(r["prompt"], str) and isinstance(r["code"], str) and r["code"]:
+                runs[r["episode"]] = (r["prompt"], r["code"], r["correct"] == 1)
+        return trusted_programs(runs.values(), limit)
 
     def task_prompts(self, run_id: str) -> set[str]:
         """The distinct task prompts of the run's episodes."""
