@@ -3,10 +3,10 @@
 A program is a candidate when its episode's answer was what it printed and that answer was correct.
 One correct episode is weak evidence, though: a program that prints the same answer whatever its
 data is right whenever the reference happens to be that answer, and a worked example is copied.
-On a two-option family (``cs_algorithms/valid_parentheses``, which moved to the tuning list for
-this) the 1.5B wrote a bracket check that compared each opening bracket with the closing one, so it
-printed "Invalid" for almost every sequence; it was right on 5 of 20 ``@train`` tasks, and shown as
-a worked example it was copied into every ``@test`` program, taking ``program`` from 0.70 to 0.30.
+On a two-option family the 1.5B wrote a bracket check whose comparison was wrong, so it failed at
+the first closing bracket; the programs that printed the failing option were right whenever that
+was the reference, entered the library, and were copied, bug and all, into later programs (the
+numbers are in ``docs/results/heldout.md``).
 
 So programs are grouped by their *shape*: the code with its literal data (strings and numbers)
 blanked and its comments and layout dropped, which is what stays the same when a worked program is
