@@ -84,6 +84,28 @@ def _cut(store: TraceStore, run_id: str) -> int:
     return int(rows[0]["n"] or 0) if rows else 0
 
 
+# what a failed problem's score detail says, in the order checked: the kinds that point at the harness
+# (code not found or not whole, cut at the limit) apart from the model's own wrong code
+FAILURE_KINDS = [
+    ("syntax error (extraction or cut-off code)", ("SyntaxError", "IndentationError")),
+    ("name not defined (a missing import or helper)", ("NameError",)),
+    ("timed out", ("timed out", "timeout", "TimeoutError")),
+    ("an assertion of the tests failed (wrong result)", ("AssertionError",)),
+]
+
+
+def failures(store: TraceStore, run_id: str) -> dict[str, int]:
+    """The counted failed problems of the run by kind (:data:`FAILURE_KINDS`, else "other error")."""
+    rows = store.query(f"SELECT json_extract(e.meta, '$.score_detail') AS d FROM episodes e WHERE e.run_id = ? "
+                       f"AND {COUNTED} AND json_extract(e.meta, '$.correct') = 0", (run_id,))
+    out: dict[str, int] = {}
+    for r in rows:
+        detail = str(r["d"] or "")
+        kind = next((k for k, marks in FAILURE_KINDS if any(m in detail for m in marks)), "another exception")
+        out[kind] = out.get(kind, 0) + 1
+    return out
+
+
 def _run_row(store: TraceStore, run_id: str) -> tuple[str, int | None]:
     """The run's status and the ``limit`` it was started (or extended) with."""
     rows = store.query("SELECT status, json_extract(config, '$.limit') AS lim FROM runs WHERE id = ?", (run_id,))
@@ -117,6 +139,10 @@ def model_table(store: TraceStore, model: str, run_id: str, limit: int,
         + ("" if r["n"] >= 164 else f" (on {r['n']} of 164 problems; the report's figure is over all 164)")
         + ("" if status == "finished" else f"; run {run_id} is {status}, {r['n']} of {limit} counted so far"),
     ]
+    failed = failures(store, run_id)
+    if failed:
+        lines += ["", "| failed problems, by what the tests said | n |", "|---|---|"]
+        lines += [f"| {kind} | {n} |" for kind, n in sorted(failed.items(), key=lambda kv: -kv[1])]
     return lines, found[0]
 
 
