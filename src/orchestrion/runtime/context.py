@@ -28,6 +28,7 @@ from .budget import BudgetTracker
 from .client_tools import ClientToolCall, ClientTools
 from .fit import AnswerFormat
 from .options import LooseOptions, StrategyOptions, validate_options
+from .parts import answer_text
 from .types import EpisodeStatus
 
 T = TypeVar("T", bound=BaseModel)
@@ -94,12 +95,15 @@ class RunContext:
         task: str | None = None,
         answer_format: AnswerFormat | None = None,
         client_tools: ClientTools | None = None,
+        multipart: bool = False,
     ) -> None:
         self.pool = pool
         # functions the episode's caller runs itself (serve's client tools); None = there are none
         self.client_tools = client_tools
         # what the task's answer must look like (its options, a number); None = the task states nothing
         self.answer_format = answer_format
+        # a multi-part task (metadata scoring "multipart"): its answer is its labelled lines (.parts)
+        self.multipart = multipart
         # the task as the user wrote it: agent tools get it verbatim beside their subtask
         self.task = task
         self.tools = tools
@@ -134,6 +138,10 @@ class RunContext:
         """Why ``text`` would not fit the task's answer format; None when it fits or there is none."""
         return None if self.answer_format is None else self.answer_format.misfit(text)
 
+    def parts_answer(self, text: str) -> str | None:
+        """A multi-part task's answer in ``text`` (:func:`.parts.answer_text`); None for any other task."""
+        return answer_text(text, multipart=True) if self.multipart else None
+
     def options_as(self, cls: type[OptionsT]) -> OptionsT:
         """The episode's options as ``cls`` (a strategy's ``Options``): typed, defaults filled in.
         A key ``cls`` does not declare, or a value of the wrong type, is a one-line ConfigError."""
@@ -156,7 +164,8 @@ class RunContext:
     def with_tools(self, tools: ToolRegistry) -> RunContext:
         """The same episode (pool, tracer, budget, options, answer channel, recorded results) with other tools."""
         child = RunContext(self.pool, tools, self.tracer, self.budget, self.strategy_options, answer=self.answer,
-                           task=self.task, answer_format=self.answer_format, client_tools=self.client_tools)
+                           task=self.task, answer_format=self.answer_format, client_tools=self.client_tools,
+                           multipart=self.multipart)
         child.results = self.results  # one list: the grounding rate sees every call of the episode
         child.direct_answers = self.direct_answers
         return child
@@ -165,7 +174,8 @@ class RunContext:
         """The same episode with another strategy's options: what a strategy that runs another
         inside its episode (``auto``) hands it. Decisions replayed so far stay counted."""
         child = RunContext(self.pool, self.tools, self.tracer, self.budget, options, answer=self.answer,
-                           task=self.task, answer_format=self.answer_format, client_tools=self.client_tools)
+                           task=self.task, answer_format=self.answer_format, client_tools=self.client_tools,
+                           multipart=self.multipart)
         child.results = self.results
         child.direct_answers = self.direct_answers
         child._decision_calls = self._decision_calls

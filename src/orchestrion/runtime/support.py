@@ -5,6 +5,10 @@ An answer's *keys* are its marked answer ("Answer: X"), else its last line; for 
 answer ``(B) 03/06/1973`` also the letter ``(B)`` and the option's text. A result supports the
 answer when one key occurs in it as a phrase (case, commas and runs of spaces aside), or when the
 answer is a number that the result writes (``97,180`` and ``97180.0`` alike).
+
+A multi-part answer (:mod:`.parts`) is supported when one of its parts is, by the same rule: the
+results then decided something, and the parts they did not decide are the synthesizer's own, as
+``direct``'s all are; an answer with no labelled lines is read as a single answer.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import re
 from collections.abc import Sequence
 
 from .._text import contains_phrase, extract_answer, numbers_in, parse_number
+from .parts import parse_parts
 
 _OPTION = re.compile(r"^\(([A-Za-z])\)\s*(.*)$", re.DOTALL)
 
@@ -30,8 +35,11 @@ def answer_keys(answer: str) -> list[str]:
     return [k for k in dict.fromkeys(_norm(k) for k in keys) if k]
 
 
-def supported(answer: str, outputs: Sequence[str]) -> bool:
-    """Whether one of ``outputs`` supports ``answer`` (module doc)."""
+def supported(answer: str, outputs: Sequence[str], *, multipart: bool = False) -> bool:
+    """Whether one of ``outputs`` supports ``answer``, or one of its parts for a multi-part task
+    (module doc)."""
+    if multipart and (parts := parse_parts(answer)):
+        return any(supported(part, outputs) for part in parts.values())
     keys = answer_keys(answer)
     if not keys:
         return False

@@ -25,7 +25,8 @@ answered from its own knowledge, distracted by results that did not decide the t
 answer is ``direct``'s instead (event ``unsupported_answer``; outside an answer channel only,
 because a streamed answer has already been sent). An orchestrator's own final answer goes
 through :func:`settle_answer`: kept when a result supports it, else synthesised from the
-results, else answered directly.
+results, else answered directly. For a multi-part task (``ctx.multipart``) an answer's labelled
+lines are its answer lines, and one part that a result supports is enough (:mod:`.support`).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from ..models.structured import repair_messages, schema_prompt
 from ..models.types import Completion, GenerateConfig, Message, msg
 from .answer import AnswerChannel
 from .context import RunContext
+from .parts import parse_parts
 from .support import supported
 
 _CITE = re.compile(r"\[\s*R(\d+)\s*\]")
@@ -235,7 +237,7 @@ async def settle_answer(task: str, answer: str, results: Sequence[str | Evidence
     if not ctx.results:
         ctx.tracer.event("unsupported_answer", {"answer": answer[:500], "reason": "no results"})
         return await direct_fallback(task, ctx, "the orchestrator answered without any result")
-    if supported(answer, ctx.results):
+    if supported(answer, ctx.results, multipart=ctx.multipart):
         return answer
     ctx.tracer.event("unsupported_answer", {"answer": answer[:500], "reason": "no result supports it"})
     return await synthesize(task, results, ctx)
@@ -275,8 +277,9 @@ async def synthesize(task: str, results: Sequence[str | Evidence], ctx: RunConte
             span.set(cited=[f"R{n}" for n in cited], output=text)
         if live is not None and not live.finish(text, out.finish_reason):
             span.set(stream_mismatch=True)
+        answered = marked_answer(text) is not None or (ctx.multipart and bool(parse_parts(text)))
         unsupported = (direct_without_results and channel is None and ctx.results
-                       and marked_answer(text) is not None and not supported(text, ctx.results))
+                       and answered and not supported(text, ctx.results, multipart=ctx.multipart))
         if unsupported:
             span.set(supported=False)
             ctx.tracer.event("unsupported_answer", {"answer": text[:500], "reason": "no result supports the synthesis"})

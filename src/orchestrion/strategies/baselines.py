@@ -7,6 +7,10 @@
 - ``cot``: one chain-of-thought call; the answer is its marked final answer, else its
   last line (:func:`~orchestrion._text.extract_answer`, as the scorers read it).
 - ``vote``: ``k`` chain-of-thought samples in parallel, majority after normalisation.
+
+``cot``, ``vote`` and ``self-refine`` take the answer out of the model's text with
+:func:`~orchestrion.runtime.parts.task_answer`: a multi-part task's answer is its labelled lines
+(``1: ...``, ``2: ...``), not the last of them; ``vote`` then votes part by part.
 - ``self-refine``: draft, then critique and refine until the critic is satisfied
   or ``max_iters`` rounds have run (Madaan et al., 2023).
 - ``react``: one sub-agent holding every registered tool; its history is
@@ -26,11 +30,12 @@ from pydantic import Field
 
 from .._errors import BudgetExceededError
 from .._prompts import render
-from .._text import extract_answer, normalize
+from .._text import normalize
 from ..models.types import GenerateConfig, msg
 from ..runtime.client_actions import answer_with_client_tools
 from ..runtime.context import RunContext
 from ..runtime.options import POOL_MODEL, StrategyOptions
+from ..runtime.parts import is_multipart, parse_parts, task_answer
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
 from ..runtime.synthesis import Evidence, answer_directly, synthesize
 from ..tools.agents import majority
@@ -140,7 +145,7 @@ class ChainOfThought(Strategy):
         out = await ctx.generate([msg("user", render("cot", task=task.prompt))], model=model,
                                  config=_config(ctx, opts), name="cot")
         reasoning = out.text.strip()
-        return Answer(extract_answer(reasoning) or reasoning, meta={"model": model, "reasoning": reasoning})
+        return Answer(task_answer(task, reasoning) or reasoning, meta={"model": model, "reasoning": reasoning})
 
 
 @register
@@ -150,6 +155,8 @@ class Vote(Strategy):
     Answers are compared after :func:`~orchestrion._text.normalize`; a tie
     goes to the tied answer that was sampled first (sample index order, not
     completion order), and the text returned is that sample's own spelling.
+    A multi-part task is voted part by part (:func:`part_majorities`): whole multi-part answers
+    rarely agree, each part's answer often does.
     """
 
     name = "vote"
@@ -171,11 +178,24 @@ class Vote(Strategy):
                                         seed=None if seed is None else seed + i))
             for i in range(k)
         )
-        answers = [extract_answer(o.text) or "" for o in outs]
+        answers = [task_answer(task, o.text) or "" for o in outs]
+        if is_multipart(task) and (by_part := part_majorities(answers)):
+            text = "\n".join(f"{n}: {winner}" for n, (winner, _) in by_part.items())
+            return Answer(text, meta={"model": model, "k": k, "answers": answers,
+                                      "votes": {str(n): votes for n, (_, votes) in by_part.items()}})
         winner, votes = majority(answers)
         distribution = dict(Counter(normalize(a) for a in answers).most_common())
         return Answer(winner, meta={"model": model, "k": k, "votes": votes, "answers": answers,
                                     "distribution": distribution})
+
+
+def part_majorities(answers: list[str]) -> dict[int, tuple[str, int]]:
+    """Each part's majority over multi-part answers, by part number in order: (its answer, its
+    votes), as :func:`~orchestrion.tools.agents.majority` picks it among the answers that have
+    the part; empty when no answer has a labelled line."""
+    parsed = [parse_parts(a) for a in answers]
+    numbers = sorted({n for p in parsed for n in p})
+    return {n: majority([p[n] for p in parsed if n in p]) for n in numbers}
 
 
 @register
@@ -220,7 +240,7 @@ class SelfRefine(Strategy):
             stopped, status = f"budget: {exc}", EpisodeStatus.BUDGET_EXCEEDED
         meta = {"model": model, "refinements": refinements, "stopped": stopped, "critiques": critiques,
                 "final_draft": draft}
-        return Answer(extract_answer(draft) or draft, status=status, meta=meta)
+        return Answer(task_answer(task, draft) or draft, status=status, meta=meta)
 
 
 @register

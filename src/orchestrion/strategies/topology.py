@@ -20,6 +20,11 @@ answer; below it a reconcile loop asks the synthesis model to settle the conflic
 stopping early once a draft is supported by enough outputs or repeats the previous
 draft.
 
+A multi-part task (``metadata["scoring"] == "multipart"``) skips the check: its sinks answer
+different parts, so their final lines differ by design and agreement measures nothing (and the
+reconcile prompt's one-line answer would drop parts); one synthesis call writes the labelled
+lines, with ``consistency`` recorded as None.
+
 Termination: the reconcile loop is ``for i in range(max_reconcile)`` (default 2)
 with no other loop around it, each iteration makes exactly one model call bounded
 by ``max_tokens`` (and by the episode budget), and nothing resets the counter; so
@@ -41,6 +46,7 @@ from .._prompts import render
 from .._text import last_line, normalize
 from ..models.types import msg
 from ..runtime.context import RunContext
+from ..runtime.parts import is_multipart
 from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.scheduler import NodeResult
 from ..runtime.synthesis import synthesize
@@ -251,10 +257,11 @@ class TopologyStrategy(Strategy):
         """Adaptive synthesis: one call if the parallel outputs agree, else a capped reconcile loop."""
         threshold = opts.consistency_threshold
         cap = opts.max_reconcile
-        score = consistency(outputs)
+        score = None if is_multipart(task) else consistency(outputs)  # module doc: parts differ by design
         info: dict[str, Any] = {"consistency": score, "threshold": threshold, "parallel_outputs": len(outputs),
-                                "loop_iterations": 0, "supports": [], "converged": score >= threshold}
-        if score >= threshold or cap == 0:
+                                "loop_iterations": 0, "supports": [],
+                                "converged": score is None or score >= threshold}
+        if score is None or score >= threshold or cap == 0:
             return await synthesize(task.prompt, lines, ctx), info
         listed = "\n".join(f"[{i}] {o.strip()[:400]}" for i, o in enumerate(outputs, 1))
         config = ctx.config("synthesis", opts.max_tokens)

@@ -240,6 +240,9 @@ class SearcherAgent(Tool):
 
 
 class EnsembleAgent(Tool):
+    """Samples ``samples`` solutions and returns the majority of their last lines; on the whole of
+    a multi-part task, of their labelled lines taken whole (a tie goes to the first sample)."""
+
     name = "ensemble"
     kind = "agent"
     description = "samples several independent solutions in parallel and returns the majority answer"
@@ -254,7 +257,9 @@ class EnsembleAgent(Tool):
                          config=GenerateConfig(max_tokens=256, temperature=0.9), name=f"{self.name}[{i}]")
             for i in range(self.samples)
         ))
-        answers = [last_line(o.text) or "" for o in outs]
+        # the whole of a multi-part task: each sample's labelled lines, not its last line alone
+        whole = normalize(ctx.original_task or args.task) == normalize(args.task)
+        answers = [(ctx.parts_answer(o.text) if whole else None) or last_line(o.text) or "" for o in outs]
         winner, votes = majority(answers)
         return ToolResult(status=ToolStatus.OK, output=winner, data={"answers": answers, "votes": votes})
 

@@ -34,6 +34,11 @@ class ToolContext(Protocol):
         options, a number); None when it fits or the task states no format."""
         ...
 
+    def parts_answer(self, text: str) -> str | None:
+        """When the episode's task is multi-part, its answer in ``text``: the labelled lines
+        (``1: ...``, ``2: ...``) on, or the whole text when it has none; None for any other task."""
+        ...
+
     async def worked_programs(self, task: str) -> list[tuple[str, str]]:
         """(task, program) pairs that solved tasks like ``task`` before (the coder's library)."""
         ...

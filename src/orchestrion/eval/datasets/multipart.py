@@ -16,7 +16,8 @@ and example *i* is the same for any limit, so a run can be extended. The same sp
 the same examples; the id joins the part ids (``bigbench-mix:word_sorting/12,navigate/40,...``).
 
 **Scoring** (:class:`PartsScorer`): the answer's numbered lines are read (``1: x``, ``1. x``,
-``(1) x``, ``Part 1: x``, ...), each part is scored by the ordinary scorer of its own mode (exact,
+``(1) x``, ``Part 1: x``, ...; :func:`orchestrion.runtime.parts.parse_parts`, the reading by which
+strategies keep a multi-part answer whole), each part is scored by the ordinary scorer of its own mode (exact,
 numeric or multiple choice), and a missing part scores 0. The example's score is the mean of
 its parts; ``correct`` (and ``all_parts``) means every part was right; ``parts`` lists each part.
 """
@@ -24,19 +25,19 @@ its parts; ``correct`` (and ``all_parts``) means every part was right; ``parts``
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..._errors import ConfigError
-from ..._text import marked_answer, without_answer_line_hint
+from ..._text import without_answer_line_hint
+from ...runtime.parts import MULTIPART, parse_parts
 from ...runtime.types import Task
 from ..scorers import AutoScorer, Score
 from .bigbench import load_bigbench
 
 KIND = "bigbench-mix"
-MODE = "multipart"  # the example's metadata["scoring"]; each part keeps its own mode
+MODE = MULTIPART  # the example's metadata["scoring"]; each part keeps its own mode
 ID_PREFIX = f"{KIND}:"
 # the tuning families of bench/families.py (TUNING): the library does not import bench/, a test
 # checks that the two lists agree
@@ -150,52 +151,6 @@ def build_prompt(parts: list[dict[str, Any]]) -> str:
     blocks.append(f"When you have worked them out, end your reply with {k} lines, one for each question "
                   f"in order, each made of the question's number, a colon and that question's answer only:\n{lines}")
     return "\n\n".join(blocks)
-
-
-_LABEL = re.compile(
-    r"^[ \t>*_#-]*(?:"
-    r"(?P<word>part|question|problem|answer|q)[ \t]*(?:no\.?|#)?[ \t]*\(?(?P<wn>\d{1,2})(?!\d)\)?[ \t]*[:.)\]-]?"
-    r"|\((?P<pn>\d{1,2})\)"
-    r"|(?P<bn>\d{1,2})(?:[ \t]*[:)]|\.(?=[\s*_]|$)))"
-    r"(?P<rest>.*)$", re.IGNORECASE)
-
-
-def parse_parts(output: str, k: int) -> dict[int, str]:
-    """Each part's answer text, by part number (1 to ``k``), from the answer's last numbered lines.
-
-    The last run of labelled lines in increasing order is read: among all labels, or among those
-    labelled the way the last one is ("Part 2:" or a bare "2:") when that run is longer (then
-    numbered steps inside a part's working do not cut it short). A part's text is what follows its
-    label, unless the lines under it mark an answer ("Answer: x") or the label stands alone (then
-    the lines under it).
-    """
-    lines = output.splitlines()
-    found = []
-    for i, line in enumerate(lines):
-        m = _LABEL.match(line)
-        if m is not None and 1 <= (n := int(m["wn"] or m["pn"] or m["bn"])) <= k:
-            found.append((i, n, m["word"] is not None, m["rest"]))
-    if not found:
-        return {}
-    block = max(_last_run(found), _last_run([f for f in found if f[2] == found[-1][2]]), key=len)
-    out = {}
-    for j, (i, n, _, rest) in enumerate(block):
-        end = block[j + 1][0] if j + 1 < len(block) else len(lines)
-        under = "\n".join(lines[i + 1:end]).strip()
-        text = (marked_answer(under) if under else None) or rest.strip().strip("*_`").strip() or under
-        if text:
-            out[n] = text
-    return out
-
-
-def _last_run(found: list[tuple[int, int, bool, str]]) -> list[tuple[int, int, bool, str]]:
-    """The last labels whose numbers increase, read back from the last one."""
-    run = [found[-1]]
-    for f in reversed(found[:-1]):
-        if f[1] >= run[0][1]:
-            break
-        run.insert(0, f)
-    return run
 
 
 @dataclass(frozen=True)
