@@ -7,10 +7,9 @@ and ``temperature=0``. Its flags say what serve really does: tool calling with `
 structured output and JSON mode, usage on invoke and stream, another ``orchestrion/<strategy>``
 per call; no image, audio, PDF or video input.
 
-Chat completions run the whole suite but three tests cut for time (:data:`SLOW`, each path passes
-in another test); the Responses variant (``use_responses_api=True``) runs the tool-calling tests
-and the streamed usage (:data:`RESPONSES`), the rest skipped for time. What the tiny model cannot
-do is marked ``xfail(strict=True)`` with the reason.
+Both variants, chat completions and the Responses API (``use_responses_api=True``), run the whole
+suite but one test cut for time (:data:`SLOW`, its path passes in other tests). What the tiny
+model cannot do is marked ``xfail(strict=True)`` with the reason and the error it raises.
 """
 
 from __future__ import annotations
@@ -27,6 +26,8 @@ from .test_langchain_client import tiny
 pytest.importorskip("langchain_openai")  # in the dev extra: `make test` installs both
 pytest.importorskip("langchain_tests")
 
+import openai  # noqa: E402
+from langchain_core.exceptions import OutputParserException  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_openai import ChatOpenAI  # noqa: E402
 from langchain_tests.integration_tests import ChatModelIntegrationTests  # noqa: E402
@@ -43,28 +44,26 @@ pytestmark = [pytest.mark.asyncio(loop_scope="module"),
 # the answer's token limit: every answer the suite checks fits (a decision over client tools keeps its own floor)
 MAX_TOKENS = 64
 
-JSON_MODE = pytest.mark.xfail(strict=True, reason=(
-    "SmolLM2-135M: with response_format json_object (no schema, the keys only asked for in the prompt) it "
-    "writes 'The answer to this question is: ...' over and over inside one key until max_tokens: the "
-    "client raises LengthFinishReasonError, or the object lacks 'punchline'"))
+# The same episode in both variants (only the wire differs). Traced: direct's answer, asked in prose
+# first, is "The answer to this question is:" over and over to max_tokens; the JSON synthesis given it
+# as the result copies the loop into a "punchline" nested in "setup", to max_tokens again. Not a
+# prompting or constraint fault of serve's that a change fixes: asked for JSON in one constrained call
+# (direct's prompt, the {"type": "object"} grammar), the model writes "setup" and then loops inside the
+# punchline ("and a cat was a cat, ..."); the JSON synthesis with no result repeats its keys; a system
+# line "Answer with one JSON object and nothing else." ends it, "... one JSON value ..." does not; a
+# string-length bound in the grammar ends it at 80 or 100 characters, not at 40, 60 or 120 (it opens
+# another key). Each is greedy luck on one prompt, not a fix.
+JSON_MODE = pytest.mark.xfail(strict=True, raises=(openai.LengthFinishReasonError, OutputParserException), reason=(
+    "SmolLM2-135M, greedy, with response_format json_object and the keys only asked for in the prompt: its "
+    "answer repeats one phrase inside the JSON until max_tokens (chat: the client raises "
+    "LengthFinishReasonError; Responses: the object the client closes lacks 'punchline')"))
 
 # cut for time (skipped, not overridden: the suite's own test_no_overrides_DO_NOT_OVERRIDE allows
 # only xfails): pydantic v1 structured output goes by function calling, where the model loops inside
-# the joke string to the decision's 512-token floor before a repair answers (34 s; the same path
-# passes in test_structured_few_shot_examples and test_tool_calling), and the async structured
-# output runs one schema kind (the sync test runs all three)
-SLOW = {"test_structured_output_pydantic_2_v1": "test_structured_few_shot_examples and test_tool_calling",
-        "test_structured_output_async[typeddict]": "test_structured_output[typeddict]",
-        "test_structured_output_async[json_schema]": "test_structured_output[json_schema]"}
-
-# the Responses variant: tool calling, and the usage on a stream
-RESPONSES = {
-    "test_tool_calling", "test_tool_calling_async", "test_bind_runnables_as_tools",
-    "test_tool_message_histories_string_content", "test_tool_message_histories_list_content",
-    "test_tool_choice", "test_tool_calling_with_no_arguments", "test_tool_message_error_status",
-    "test_structured_few_shot_examples", "test_agent_loop", "test_unicode_tool_call_integration",
-    "test_usage_metadata_streaming", "test_no_overrides_DO_NOT_OVERRIDE",
-}
+# the joke string to the client tool decision's 512-token floor before a repair answers, in the two
+# episodes on the pydantic v1 class (about 15 s each; the test takes 34 s, the module's others 1 to 10 s);
+# the same path passes in test_structured_few_shot_examples and test_tool_calling
+SLOW = {"test_structured_output_pydantic_2_v1": "test_structured_few_shot_examples and test_tool_calling"}
 
 
 class _Serve(ChatModelIntegrationTests):
@@ -143,25 +142,20 @@ class _Serve(ChatModelIntegrationTests):
     def supports_anthropic_inputs(self) -> bool:
         return False
 
-
-@pytest.mark.integration
-class TestChatCompletions(_Serve):
-    """``ChatOpenAI`` on /v1/chat/completions: the whole suite."""
-
     @JSON_MODE
     def test_json_mode(self, model: BaseChatModel) -> None:
         super().test_json_mode(model)
 
 
 @pytest.mark.integration
+class TestChatCompletions(_Serve):
+    """``ChatOpenAI`` on /v1/chat/completions."""
+
+
+@pytest.mark.integration
 class TestResponses(_Serve):
-    """``ChatOpenAI(use_responses_api=True)`` on /v1/responses: the tests in :data:`RESPONSES`."""
+    """``ChatOpenAI(use_responses_api=True)`` on /v1/responses."""
 
     @property
     def chat_model_params(self) -> dict[str, Any]:
         return {**super().chat_model_params, "use_responses_api": True}
-
-    def cut(self, test: pytest.Item) -> None:
-        if getattr(test, "originalname", test.name) not in RESPONSES:
-            pytest.skip("cut for time (make test): the Responses variant runs the tool-calling tests and the "
-                        "streamed usage; chat completions run the whole suite")
