@@ -8,7 +8,9 @@ structured output and JSON mode, usage on invoke and stream, another ``orchestri
 per call; no image, audio, PDF or video input.
 
 Both variants, chat completions and the Responses API (``use_responses_api=True``), run the whole
-suite but one test cut for time (:data:`SLOW`, its path passes in other tests). What the tiny
+suite but one test cut for time (:data:`SLOW`, its path passes in other tests); the Responses
+variant also skips the tests whose request another Responses test sends (:data:`RESPONSES_REPEATS`).
+What the tiny
 model cannot do is marked ``xfail(strict=True)`` with the reason and the error it raises.
 """
 
@@ -156,6 +158,25 @@ class TestChatCompletions(_Serve):
 class TestResponses(_Serve):
     """``ChatOpenAI(use_responses_api=True)`` on /v1/responses."""
 
+    def cut(self, test: pytest.Item) -> None:
+        """Also skip the Responses tests whose request another Responses test sends, and whose chat
+        variant runs the same server-side episode (:data:`RESPONSES_REPEATS`): about 42 s of make test."""
+        super().cut(test)
+        if test.name in RESPONSES_REPEATS:
+            pytest.skip(f"cut for time (make test): {RESPONSES_REPEATS[test.name]}")
+
     @property
     def chat_model_params(self) -> dict[str, Any]:
         return {**super().chat_model_params, "use_responses_api": True}
+
+
+# on /v1/responses, the tests whose request is one another Responses test sends (only the client's
+# handling differs, and their chat completions variants run in TestChatCompletions)
+RESPONSES_REPEATS = {
+    **{f"test_structured_output_async[{kind}]": "the same request as test_structured_output[pydantic], sent "
+       "by the async client" for kind in ("pydantic", "typeddict", "json_schema")},
+    **{f"test_structured_output[{kind}]": "the same request as test_structured_output[pydantic], with the "
+       "schema given as a " + kind for kind in ("typeddict", "json_schema")},
+    "test_structured_output_optional_param": "the structured-output request of test_structured_output[pydantic] "
+                                             "with an optional field; its chat variant runs",
+}
