@@ -13,24 +13,15 @@ from typing import Any
 import pytest
 
 from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, ToolRegistry, TraceStore, solve
-from orchestrion.eval.datasets.multipart import PartsScorer, combine
+from orchestrion.eval.datasets.multipart import PartsScorer
 from orchestrion.runtime.parts import answer_text, parse_parts, parts_block, task_answer
 from orchestrion.runtime.support import supported
-from orchestrion.runtime.types import Task
 from orchestrion.strategies.baselines import part_majorities
 from orchestrion.tools.agents import agent_tools
+from tests.eval.test_multipart import HAND as MIX  # combined as bigbench-mix:3 combines them
+from tests.eval.test_multipart import NUM  # three parts shaped as the loader makes them
 from tests.helpers import SlowTool
 
-# three parts shaped as the BIG-bench loader makes them, combined as bigbench-mix:3 combines them
-NUM = Task(prompt="What is 12 times 13?", id="arithmetic/x/1", answer="156",
-           metadata={"scoring": "numeric", "targets": ["156"]})
-MC = Task(prompt="Which is a fruit?\n\nOptions:\n(A) carrot\n(B) apple\n(C) leek", id="fruits/7", answer="apple",
-          choices=["carrot", "apple", "leek"],
-          metadata={"scoring": "multiple_choice", "labels": ["A", "B", "C"], "targets": ["apple"],
-                    "target_scores": {"carrot": 0.0, "apple": 1.0, "leek": 0.0}})
-EXACT = Task(prompt="Sort the words: pear fig", id="word_sorting/3", answer="fig pear",
-             metadata={"scoring": "exact", "targets": ["fig pear"]})
-MIX = combine("bigbench-mix:3@test", [NUM, MC, EXACT], ["arithmetic/x", "fruits", "word_sorting"], "test")
 RIGHT = "1: 156\n2: (B) apple\n3: fig pear"
 # numbered working, then an "Answer:" line, then the labelled lines the task asks for
 WORKED = f"Steps:\n1. 12*13 = 120 + 36\n2. apple is the fruit\n3. f before p\nAnswer: see below\n{RIGHT}"
