@@ -10,9 +10,9 @@ which returned a result the episode already had, from another tool or input (eve
 ``recomputed_results``: ``python`` re-checking the calculator's 156 is checking, not solving;
 on ``make demo`` it saved the third decision). Once there are results, each round's prompt
 ends with a line that puts stopping first when one of them answers the task (``ANSWERED_HINT``;
-round 1 has none): on ``make demo`` the second decision is then ``final`` rather than a python
-run of 12*13. A synthesis model then turns the whole trajectory into the answer. Paper defaults:
-12 rounds, 4 calls per round.
+round 1 has none): on ``make demo`` the second decision then asks for the calculator's call again,
+which ends the loop at once, rather than a python run of 12*13. A synthesis model then turns the
+whole trajectory into the answer. Paper defaults: 12 rounds, 4 calls per round.
 
 Programs are the coder's job (option ``programs_by_coder``). A ``python`` call whose program uses
 no number written in the task is sent to the ``coder`` agent with the whole task instead (event
