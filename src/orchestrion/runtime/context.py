@@ -96,6 +96,7 @@ class RunContext:
         answer_format: AnswerFormat | None = None,
         client_tools: ClientTools | None = None,
         multipart: bool = False,
+        as_written: bool = False,
     ) -> None:
         self.pool = pool
         # functions the episode's caller runs itself (serve's client tools); None = there are none
@@ -104,6 +105,9 @@ class RunContext:
         self.answer_format = answer_format
         # a multi-part task (metadata scoring "multipart"): its answer is its labelled lines (.parts)
         self.multipart = multipart
+        # the task says in its own words how to answer (a code task, a multi-part task): the direct
+        # answer asks it as written, without direct's "final answer on the last line" wrapper
+        self.as_written = as_written
         # the task as the user wrote it: agent tools get it verbatim beside their subtask
         self.task = task
         self.tools = tools
@@ -161,23 +165,22 @@ class RunContext:
         value = getattr(self.strategy_options, name, None)
         return default if value is None else value
 
-    def with_tools(self, tools: ToolRegistry) -> RunContext:
-        """The same episode (pool, tracer, budget, options, answer channel, recorded results) with other tools."""
-        child = RunContext(self.pool, tools, self.tracer, self.budget, self.strategy_options, answer=self.answer,
+    def _child(self, tools: ToolRegistry, options: StrategyOptions) -> RunContext:
+        child = RunContext(self.pool, tools, self.tracer, self.budget, options, answer=self.answer,
                            task=self.task, answer_format=self.answer_format, client_tools=self.client_tools,
-                           multipart=self.multipart)
+                           multipart=self.multipart, as_written=self.as_written)
         child.results = self.results  # one list: the grounding rate sees every call of the episode
         child.direct_answers = self.direct_answers
         return child
 
+    def with_tools(self, tools: ToolRegistry) -> RunContext:
+        """The same episode (pool, tracer, budget, options, answer channel, recorded results) with other tools."""
+        return self._child(tools, self.strategy_options)
+
     def with_options(self, options: StrategyOptions) -> RunContext:
         """The same episode with another strategy's options: what a strategy that runs another
         inside its episode (``auto``) hands it. Decisions replayed so far stay counted."""
-        child = RunContext(self.pool, self.tools, self.tracer, self.budget, options, answer=self.answer,
-                           task=self.task, answer_format=self.answer_format, client_tools=self.client_tools,
-                           multipart=self.multipart)
-        child.results = self.results
-        child.direct_answers = self.direct_answers
+        child = self._child(self.tools, options)
         child._decision_calls = self._decision_calls
         return child
 

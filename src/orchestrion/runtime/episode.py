@@ -34,7 +34,7 @@ from .context import RunContext
 from .fit import AnswerFormat
 from .options import StrategyOptions, episode_options
 from .parts import is_multipart
-from .synthesis import conform_answer, direct_fallback, fallback_model
+from .synthesis import asked_as_written, conform_answer, direct_fallback, fallback_model
 from .types import Answer, Task
 
 # what the caller adds to the record once the answer is known: (task, answer, the outputs of the
@@ -171,7 +171,8 @@ def _build(task: str | Task, strategy: EpisodeStrategy, args: EpisodeArgs) -> _E
     tracker = BudgetTracker(args.get("budget"))
     ctx = RunContext(the_pool, args.get("tools") or default_tools(), Tracer(the_store, the_id), tracker, settings,
                      answer=args.get("answer"), task=the_task.prompt, answer_format=AnswerFormat.of(the_task),
-                     client_tools=args.get("client_tools"), multipart=is_multipart(the_task))
+                     client_tools=args.get("client_tools"), multipart=is_multipart(the_task),
+                     as_written=asked_as_written(the_task))
     started = time.time()
     the_store.start_episode(
         the_id, run_id=args.get("run_id"), task_id=the_task.id, epoch=args.get("epoch", 0), strategy=strategy.name,
