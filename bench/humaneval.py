@@ -20,6 +20,9 @@ Run from the repository root, after ``orchestrion models pull``::
     .venv/bin/python bench/humaneval.py                      # all 164 problems, both models
     .venv/bin/python bench/humaneval.py --limit 2 --out /tmp/he_smoke
     .venv/bin/python bench/humaneval.py --report-only --fragment docs/results/humaneval.md
+
+Since f50d585 ``direct`` asks a code task as written; the runs made before, with its prompt wrapped,
+keep their own keys, and ``--report-only --wrapped`` prints them (docs/results/humaneval.md).
 """
 
 from __future__ import annotations
@@ -71,7 +74,11 @@ class Progress(Observer):
 def _key(args: argparse.Namespace, model: str, limit: int) -> str:
     """``all/humaneval/direct@MODEL/164``: the run-id file's key, in bench/local_pool.py's shape
     (split/task/strategy@model/limit[/seedN]), so a larger limit extends a smaller run."""
-    row = "direct" if args.max_tokens is None else f"direct[max_tokens={args.max_tokens}]"
+    # since f50d585 direct asks a code task as written; the runs made before (its prompt wrapped in
+    # "be brief: give the final answer on the last line") keep their keys (--wrapped), and no run is
+    # extended with episodes of the other prompt
+    row = "direct" + ("" if getattr(args, "wrapped", False) else "[as-written]") \
+        + ("" if args.max_tokens is None else f"[max_tokens={args.max_tokens}]")
     return f"{args.split}/humaneval/{row}@{model}/{limit}" + ("" if args.seed == 7 else f"/seed{args.seed}")
 
 
@@ -121,7 +128,8 @@ def model_table(store: TraceStore, model: str, run_id: str, limit: int,
     limit = run_limit or limit
     title = (f"**{model}: `direct` on {dataset_spec(args.split)}, {limit} problems"
              + (f" (seed {args.seed} sample)" if limit < args.available else "")
-             + ("" if args.max_tokens is None else f", max_tokens {args.max_tokens}") + "**")
+             + ("" if args.max_tokens is None else f", max_tokens {args.max_tokens}")
+             + (", direct's prompt wrapped (before f50d585)" if args.wrapped else "") + "**")
     if not found:
         return ["", title, "", "nothing has run yet for this model."], None
     r = _row(f"direct on {model} (this harness)", found[0])
@@ -167,6 +175,8 @@ async def main() -> None:
                     help="direct's output-token limit (default: the strategy's own); a run of its own")
     ap.add_argument("--seed", type=int, default=7, help="the shuffle a --limit sample is drawn from (default 7)")
     ap.add_argument("--report-only", action="store_true", help="print the tables from what has run; run nothing")
+    ap.add_argument("--wrapped", action="store_true",
+                    help="with --report-only: the runs made before direct asked code tasks as written (f50d585)")
     ap.add_argument("--out", type=Path, default=Path("bench/out/humaneval"))
     ap.add_argument("--state", type=Path, default=None, help="the run-id file (default OUT/state.json)")
     ap.add_argument("--fragment", type=Path, default=None, metavar="PATH",
@@ -176,6 +186,8 @@ async def main() -> None:
     models = [m for m in args.models.split(",") if m]
     if unknown := [m for m in models if m not in REPORTED]:
         ap.error(f"--models: no reported figure for {', '.join(unknown)}; use {', '.join(MODELS)}")
+    if args.wrapped and not args.report_only:
+        ap.error("--wrapped reports the runs made before direct asked code tasks as written; add --report-only")
     if args.limit is not None and args.limit < 1:
         ap.error("--limit must be 1 or more")
     args.available = len(load_dataset(dataset_spec(args.split)).tasks)

@@ -19,7 +19,9 @@ def test_the_verdict_allows_six_points_either_way() -> None:
 def test_a_larger_limit_extends_the_smaller_run_of_the_same_sample_only() -> None:
     args = argparse.Namespace(split="all", seed=7, max_tokens=None)
     small, full = he._key(args, "qwen2.5-coder-1.5b", 2), he._key(args, "qwen2.5-coder-1.5b", 164)
-    assert full == "all/humaneval/direct@qwen2.5-coder-1.5b/164"
+    assert full == "all/humaneval/direct[as-written]@qwen2.5-coder-1.5b/164"
+    wrapped = argparse.Namespace(split="all", seed=7, max_tokens=None, wrapped=True)
+    assert he._key(wrapped, "qwen2.5-coder-1.5b", 164) == "all/humaneval/direct@qwen2.5-coder-1.5b/164"
     other = {he._key(argparse.Namespace(split="all", seed=7, max_tokens=768), "qwen2.5-coder-1.5b", 2): "mt",
              he._key(argparse.Namespace(split="test", seed=7, max_tokens=None), "qwen2.5-coder-1.5b", 2): "test",
              he._key(args, "qwen2.5-coder-0.5b", 2): "0.5b"}
