@@ -7,14 +7,14 @@
 - ``cot``: one chain-of-thought call; the answer is its marked final answer, else its
   last line (:func:`~orchestrion._text.extract_answer`, as the scorers read it).
 - ``vote``: ``k`` chain-of-thought samples in parallel, majority after normalisation.
-
-``cot``, ``vote`` and ``self-refine`` take the answer out of the model's text with
-:func:`~orchestrion.runtime.parts.task_answer`: a multi-part task's answer is its labelled lines
-(``1: ...``, ``2: ...``), not the last of them; ``vote`` then votes part by part.
 - ``self-refine``: draft, then critique and refine until the critic is satisfied
   or ``max_iters`` rounds have run (Madaan et al., 2023).
 - ``react``: one sub-agent holding every registered tool; its history is
   synthesised into an answer when it ends without one.
+
+``cot``, ``vote`` and ``self-refine`` take the answer out of the model's text with
+:func:`~orchestrion.runtime.parts.task_answer`: a multi-part task's answer is its labelled lines
+(``1: ...``, ``2: ...``), not the last of them; ``vote`` then votes part by part.
 
 Every baseline except ``direct`` records the model it ran on in ``meta["model"]``,
 so its scored episodes are data for the ``router`` baseline.
