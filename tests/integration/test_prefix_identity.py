@@ -1,5 +1,5 @@
 """Greedy episodes give the same answers and decisions, token for token, with the prefix cache
-on and off: 8 episodes (para on 3 tasks, cot on 5) on the real SmolLM2-135M."""
+on and off: 7 episodes (para on 2 tasks, cot on 5) on the real SmolLM2-135M."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ pytestmark = pytest.mark.integration
 
 TASKS = ["What is 12*13?", "What is 7+8?", "Sort these words: pear apple fig.", "Is 91 a prime number?",
          "What is 100-37?"]
-# para on the first three tasks (a product, a sum, a list: its episodes are the slow ones), cot on all five
-STRATEGIES = {"para": TASKS[:3], "cot": TASKS}
+# para on a product and a list (its episodes are the slow ones: a third task, a sum, took about a
+# minute of make test and brings no shape of prompt the product does not), cot on all five
+STRATEGIES = {"para": [TASKS[0], TASKS[2]], "cot": TASKS}
 
 
 async def _episodes(prefix_cache: bool, store: TraceStore) -> list[dict[str, Any]]:
@@ -48,7 +49,7 @@ async def _episodes(prefix_cache: bool, store: TraceStore) -> list[dict[str, Any
 async def test_answers_and_decisions_are_identical_with_the_prefix_cache_on_and_off(store: TraceStore) -> None:
     off = await _episodes(False, store)
     on = await _episodes(True, store)
-    assert len(on) == len(off) == 8
+    assert len(on) == len(off) == 7
     for a, b in zip(off, on):
         assert a["answer"] == b["answer"]
         assert a["decisions"] == b["decisions"]
