@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
 
 from _fragment import tee_fragment
+from decision_counts import _mean, _se
 from humaneval import FAILURE_KINDS, MODELS
 from local_pool import run_main
 
@@ -45,13 +45,6 @@ def _kind(detail: str) -> str:
     return next((k for k, marks in FAILURE_KINDS if any(m in detail for m in marks)), "another exception")
 
 
-def _stats(xs: list[float]) -> tuple[float, float]:
-    n = len(xs)
-    m = sum(xs) / n if n else math.nan
-    se = math.sqrt(sum((x - m) ** 2 for x in xs) / (n - 1) / n) if n > 1 else 0.0
-    return m, se
-
-
 def report(done: dict[tuple[str, str], dict[str, Any]], ids: list[str], model: str, max_tokens: int) -> list[str]:
     names = list(VARIANTS)
     both = [t for t in ids if all((v, t) in done for v in names)]
@@ -61,7 +54,8 @@ def report(done: dict[tuple[str, str], dict[str, Any]], ids: list[str], model: s
              "syntax / name / timeout |", "|---|---|---|---|---|"]
     for v in names:
         rows = [done[(v, t)] for t in both]
-        m, se = _stats([float(r["correct"]) for r in rows])
+        passed = [float(r["correct"]) for r in rows]
+        m, se = _mean(passed), _se(passed)
         kinds = [_kind(r["detail"]) for r in rows if not r["correct"]]
         order = [k for k, _ in FAILURE_KINDS]
         counts = [kinds.count(order[3]), kinds.count("another exception"), kinds.count(order[0]),
@@ -71,7 +65,7 @@ def report(done: dict[tuple[str, str], dict[str, Any]], ids: list[str], model: s
                      + " / ".join(map(str, counts)) + " |")
     if both:
         diff = [float(done[(names[1], t)]["correct"]) - float(done[(names[0], t)]["correct"]) for t in both]
-        d, se = _stats(diff)
+        d, se = _mean(diff), _se(diff)
         verdict = ("the unwrapped prompt passes more, by over 2 se" if d > 2 * se and d > 0 else
                    "direct's prompt passes more, by over 2 se" if d < -2 * se and d < 0 else
                    "no difference beyond 2 se")
