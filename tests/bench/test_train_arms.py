@@ -29,3 +29,16 @@ def test_a_base_not_run_yet_is_left_out_not_read_as_every_run(monkeypatch: pytes
     lines = train_arms.train_arm_lines(None, runs, "direct on big", scores)
     assert lines[2:] == ["| t | program (local pool) | 4 | 0.25 ± 0.25 | - | - |"]
     assert seen == ["run-1"]
+
+
+def test_the_oracle_row_takes_the_best_arm_per_example(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(train_arms, "summarize",
+                        lambda _s, _r: [SimpleNamespace(cost_units=4.0, episodes=4, accuracy=0.5, stderr=0.25)])
+    by_run = {"base": {"a": 1.0, "b": 0.0, "c": 0.0, "d": 0.0},
+              "prog": {"a": 0.0, "b": 1.0, "c": 0.0, "d": 0.0, "e": 1.0}}  # e: not run by the base, left out
+    runs = {"t": {"direct on big": ("base", "direct"), "program (local pool)": ("prog", "program")}}
+    lines = train_arms.train_arm_lines(None, runs, "direct on big", lambda _s, r, _st: by_run[r])
+    # a and b right, c and d wrong: 0.50; paired against the base's 0.25, +0.25
+    assert lines[-1] == "| t | oracle: best of these 2 arms per example | 4 | 0.50 ± 0.29 | +0.25 ± 0.25 | - |"
+    assert train_arms.oracle([by_run["base"]]) == by_run["base"]
+    assert train_arms.oracle([]) == {}
