@@ -128,6 +128,8 @@ async def test_topology_synthesises_the_parts_once_and_keeps_them(store: TraceSt
     # three sinks with three different answers: no reconcile loop, one synthesis
     assert res.meta["consistency"] is None and res.meta["loop_iterations"] == 0 and res.meta["converged"]
     assert not any("answers disagree" in t for t in seen)
+    synthesis = next(t for t in seen if t.startswith("A team worked"))
+    assert "one line per question" in synthesis and 'ending with the "Answer:" line' not in synthesis
     if supporting:  # the results support its parts: the synthesis stands, all three lines of it
         assert res.answer == f"Final answer:\n{RIGHT}" and await score(res.answer) == 1.0
     else:  # no part supported: direct's answer, whole

@@ -282,7 +282,8 @@ async def synthesize(task: str, results: Sequence[str | Evidence], ctx: RunConte
         else:
             streamer = GroundedStream(shown, live.emit) if live is not None else None
             out = await ctx.generate(
-                [msg("user", render("synthesize", task=task, results=results_text))],
+                [msg("user", render("synthesize_parts" if ctx.multipart else "synthesize", task=task,
+                                    results=results_text))],
                 model=model, config=replace(config, on_text=streamer.feed if streamer else None), name="synthesis",
             )
             text, cited = ground(out.text.strip(), shown)
