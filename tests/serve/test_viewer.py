@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -245,6 +245,17 @@ def test_score_and_correct_rules() -> None:
     assert data.score_of({"result": {"score": 0.0}}) == (0.0, False)
     assert data.score_of({"score": 0.2, "correct": True}) == (0.2, True)
     assert data.score_of({"score": True}) == (None, None)  # a bool is not a score
+
+
+def test_wall_time_leaves_out_the_wait_for_a_clients_tool_results() -> None:
+    from orchestrion.trace.rows import EpisodeRow
+
+    row = EpisodeRow(id="e", run_id=None, task_id=None, epoch=0, strategy="direct", task='{"prompt": "p"}',
+                     status="ok", answer="a", error=None, started=100.0, ended=130.0, input_tokens=1,
+                     output_tokens=1, cost_usd=None, cost_units=0.0, finished=1, meta='{"client_wait_s": 25.5}')
+    summary = data._summary(row, {})
+    assert summary["wall_s"] == 4.5 and summary["client_wait_s"] == 25.5  # as serve's latency metric counts it
+    assert data._summary(replace(row, meta="{}"), {})["wall_s"] == 30.0
 
 
 def test_sort_orders_by_any_column_before_paging(client: TestClient, episodes: Episodes) -> None:

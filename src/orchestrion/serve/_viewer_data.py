@@ -125,12 +125,15 @@ def _summary(row: EpisodeRow, runs: dict[str, dict[str, Any]]) -> dict[str, Any]
     dataset = metadata.get("dataset") or (runs.get(row.run_id or "", {}).get("dataset"))
     note = _dict(_dict(meta).get("annotation"))
     ended, started = _number(row.ended), _number(row.started)  # a damaged row lists, without times
+    waited = _number(_dict(meta).get("client_wait_s")) or 0.0  # paused for a client's tool results
     return {
         "id": row.id, "run_id": row.run_id, "task_id": row.task_id, "epoch": row.epoch,
         "strategy": row.strategy, "prompt": str(task.get("prompt", ""))[:300],
         "status": row.status, "finished": bool(row.finished),
         "started": started, "ended": ended,
-        "wall_s": (ended - started) if ended is not None and started is not None else None,
+        # the episode's own time, as serve's latency metric counts it: the client's waits left out
+        "wall_s": max(0.0, ended - started - waited) if ended is not None and started is not None else None,
+        "client_wait_s": waited,
         "input_tokens": row.input_tokens or 0, "output_tokens": row.output_tokens or 0,
         "cost_usd": row.cost_usd, "cost_units": row.cost_units or 0,
         "score": score, "correct": correct, "dataset": dataset if isinstance(dataset, str) else None,
