@@ -82,14 +82,15 @@ def _passes(data: dict[str, object]) -> bool:
     examples = data.get("examples")
     if not isinstance(examples, list) or len(examples) < 60:
         return False
-    keywords = " ".join(str(k).lower() for k in data.get("keywords", []) or [])  # type: ignore[union-attr]
+    listed = data.get("keywords")
+    keywords = " ".join(str(k).lower() for k in listed) if isinstance(listed, list) else ""
     if any(word in keywords for word in OTHER_LANGUAGE):
         return False
     if statistics.median(len(str(e.get("input", ""))) for e in examples) > 600:
         return False
     scores = [e.get("target_scores") for e in examples]
     if all(isinstance(s, dict) and s for s in scores):
-        return all(2 <= len(s) <= 5 for s in scores)  # type: ignore[arg-type]
+        return all(isinstance(s, dict) and 2 <= len(s) <= 5 for s in scores)
     targets = [e.get("target") for e in examples]
     if any(t is None for t in targets):
         return False
@@ -118,10 +119,10 @@ def candidates(root: Path) -> dict[str, str]:
 def drawn(root: Path) -> dict[str, list[str]]:
     """Each group's families in the seeded order the held-out list takes them from."""
     groups: dict[str, list[str]] = {"math": [], "other": []}
-    for name, group in candidates(root).items():
-        groups[group].append(name)
-    for group in groups.values():
-        random.Random(SEED).shuffle(group)
+    for name, kind in candidates(root).items():
+        groups[kind].append(name)
+    for names in groups.values():
+        random.Random(SEED).shuffle(names)
     return groups
 
 

@@ -7,7 +7,8 @@ Eight BIG-bench tasks, in two phases. First the history ``auto`` learns from: on
 ``para``, ``cot``) on the local pool, then ``direct`` on the other models, one row at a time over
 every task. It prints per-task
 tables, the mean over tasks, the difference from ``direct`` on the 1.5B model paired by example
-with its standard error and compute-unit ratio, and a per-task verdict for ``auto`` and ``para``.
+with its standard error and compute-unit ratio, and a per-task verdict for each strategy. A
+``--tasks`` entry may be another dataset spec, such as a multi-part ``bigbench-mix`` one.
 
 Every run goes to one trace database; the script keeps
 the run ids in ``OUT/state.json`` and, when started again, finishes unfinished runs
@@ -74,6 +75,12 @@ BUDGET = {"wall_s": 300}
 OPTIONS: dict[str, Any] = {"max_rounds": 4}
 # a state key: split/task/strategy@model/limit, then /seedN for a sample of another seed
 KEY = re.compile(r"^(?P<head>.+@[^/]+)/(?P<limit>\d+)(?P<tail>(/seed\d+)?)$")
+
+
+def dataset_of(task: str) -> str:
+    """The dataset spec of a ``--tasks`` entry: a BIG-bench task name, or a whole spec (it has a
+    ``:``) with ``+`` for the commas it cannot hold, e.g. ``bigbench-mix:3:strategyqa+physics+word_unscrambling``."""
+    return task.replace("+", ",") if ":" in task else f"bigbench:{task}"
 
 
 def _options(names: list[str]) -> dict[str, Any]:
@@ -305,7 +312,7 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
             limit = min(limit, args.limit_for.get(f"{strategy}@{model}" if model else strategy, limit))
         opts = auto_opts if strategy == "auto" else _options([strategy])
         seed = args.seed if seed is None else seed
-        config = EvalConfig(dataset=f"bigbench:{task}@{split}", strategies=[strategy], limit=limit, seed=seed,
+        config = EvalConfig(dataset=f"{dataset_of(task)}@{split}", strategies=[strategy], limit=limit, seed=seed,
                             concurrency=1, pool=model or "local", budget=BUDGET, options=opts)
         key = f"{split}/{task}/{strategy}@{model or 'local'}/{limit}" + ("" if seed == args.seed else f"/seed{seed}")
         if args.report_only:  # what has run so far, finished or not; nothing new is started
@@ -357,10 +364,10 @@ def _report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]], args
             if label != base_label and base:
                 diff, se, n = paired_difference(_scores(store, run_id, strategy), base)
                 diffs.setdefault(label, []).append((diff, se))
-                if strategy in ("auto", "para"):
+                if strategy != "direct":
                     verdicts.append(f"| {task} | {label} | {_verdict(diff, se, n)} |")
         per_task[task] = rows
-        print(_fmt(rows, f"bigbench:{task}@test, {args.limit} examples (fewer where n says so), seed {args.seed}"),
+        print(_fmt(rows, f"{dataset_of(task)}@test, {args.limit} examples (fewer where n says so), seed {args.seed}"),
               flush=True)
     if not per_task:
         return
@@ -378,7 +385,7 @@ def _report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]], args
         ratio = (sum(units[label]) / len(units[label])) / base_units if base_units else math.inf
         print(f"| {label} | {k} | {mean:+.3f} ± {se:.3f} | {ratio:.1f}× |")
     _print_out_of_format(store, runs)
-    print("\n**Per-task verdicts (auto and para against direct on the 1.5B model)**\n")
+    print("\n**Per-task verdicts (each strategy against direct on the 1.5B model)**\n")
     print("| task | strategy | verdict |\n|---|---|---|")
     print("\n".join(verdicts))
     _plot(avg, args.out / "accuracy_cost.png")
@@ -416,7 +423,9 @@ async def main() -> None:
                          "so examples may repeat); the --train runs are kept as they are")
     ap.add_argument("--history-only", action="store_true", help="run the @train history and stop")
     ap.add_argument("--tasks", default=",".join(TASKS),
-                    help="comma-separated BIG-bench tasks, 'tuning' or 'heldout' (bench/families.py), or 'none'")
+                    help="comma-separated BIG-bench tasks, 'tuning' or 'heldout' (bench/families.py), or 'none'; "
+                         "an entry with a ':' is a whole dataset spec, '+' for its commas "
+                         "(bigbench-mix:3:strategyqa+physics+word_unscrambling)")
     ap.add_argument("--history", default=",".join(HISTORY),
                     help="strategies run on @train for auto's history, besides direct on each model")
     ap.add_argument("--table", default=",".join(TABLE), help="strategies of the @test table, besides direct "
