@@ -17,6 +17,7 @@ TORCH_INDEX ?= https://download.pytorch.org/whl/cpu
 # Every package these installs pull in, at the version this checkout is tested with: pip then
 # resolves in one pass instead of backtracking when a new release upstream conflicts with an older
 # pin elsewhere. `make constraints` writes it again from a working .venv.
+# pip itself is pinned below, at the release that resolved these pins.
 CONSTRAINTS := constraints.txt
 PIPC := $(PIP) install -q -c $(CONSTRAINTS)
 
@@ -25,7 +26,7 @@ PIPC := $(PIP) install -q -c $(CONSTRAINTS)
 $(PY):
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is needed"'
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	$(PIP) install -q 'pip==26.3'
 
 $(VENV)/.stamp-embedded: pyproject.toml $(CONSTRAINTS) | $(PY)
 	$(PIPC) '$(LLAMA_CPP)'
