@@ -33,7 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from _fragment import tee_fragment
-from local_pool import BUDGET, PoolFactory, _load_state, _row, _run, _smaller_run, run_main
+from local_pool import BUDGET, PoolFactory, _load_state, _run, _smaller_run, run_main
+from pool_report import row as _row
 
 from orchestrion import EvalConfig, TraceStore, summarize
 from orchestrion.eval.datasets import load_dataset

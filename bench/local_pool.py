@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import re
 import shlex
 import sys
@@ -49,14 +48,13 @@ from pathlib import Path
 from typing import Any
 
 from _fragment import tee_fragment
+from pool_report import STRONGEST, dataset_of, fmt, report, row, scores
 from train_arms import train_arm_lines
 
 from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
 from orchestrion.eval.runner import Observer
-from orchestrion.eval.summary import StrategySummary
 from orchestrion.models.pool import PoolConfig
 from orchestrion.models.presets import LOCAL_MODELS
-from orchestrion.strategies.auto import paired_difference
 from orchestrion.strategies.registry import get_strategy
 
 TASKS = [
@@ -65,7 +63,6 @@ TASKS = [
     "penguins_in_a_table", "temporal_sequences",
 ]
 CORE = ["direct", "cot", "para", "uno", "router"]
-STRONGEST = "qwen2.5-coder-1.5b"
 # what auto learns from on @train (each on the local pool; direct also on every model alone)
 HISTORY = ["program"]
 # the @test table, in the order they run (the most wanted first: a short run still has those rows)
@@ -75,12 +72,6 @@ BUDGET = {"wall_s": 300}
 OPTIONS: dict[str, Any] = {"max_rounds": 4}
 # a state key: split/task/strategy@model/limit, then /seedN for a sample of another seed
 KEY = re.compile(r"^(?P<head>.+@[^/]+)/(?P<limit>\d+)(?P<tail>(/seed\d+)?)$")
-
-
-def dataset_of(task: str) -> str:
-    """The dataset spec of a ``--tasks`` entry: a BIG-bench task name, or a whole spec (it has a
-    ``:``) with ``+`` for the commas it cannot hold, e.g. ``bigbench-mix:3:strategyqa+physics+word_unscrambling``."""
-    return task.replace("+", ",") if ":" in task else f"bigbench:{task}"
 
 
 def _options(names: list[str]) -> dict[str, Any]:
@@ -170,85 +161,6 @@ async def _fresh(key: str, config: EvalConfig, factory: PoolFactory, store: Trac
     return await run_eval(config, store, pool=factory, observer=Remember())
 
 
-def _row(label: str, s: StrategySummary) -> dict[str, Any]:
-    return {
-        "label": label, "accuracy": s.accuracy, "stderr": s.stderr, "n": s.episodes,
-        "grounding": s.grounding_rate, "grounded_n": s.grounded_episodes,
-        "tokens": (s.input_tokens + s.output_tokens) / max(1, s.episodes),
-        "wall": s.mean_wall_s, "cost": None if s.cost_usd is None else s.cost_usd / max(1, s.episodes),
-        "statuses": s.statuses,
-    }
-
-
-def _fmt(rows: list[dict[str, Any]], title: str) -> str:
-    out = [
-        f"\n**{title}**\n",
-        "| strategy | accuracy ± se | n | grounding (n) | tokens/episode | s/episode | $/episode (compute) "
-        "| statuses |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        grounding = "-" if r["grounding"] is None else f"{r['grounding']:.2f} ({r['grounded_n']})"
-        cost = "unknown" if r["cost"] is None else f"{r['cost']:.6f}"
-        statuses = ", ".join(f"{k}×{v}" for k, v in r["statuses"].items())
-        out.append(f"| {r['label']} | {r['accuracy']:.2f} ± {r['stderr']:.2f} | {r['n']} | {grounding} | "
-                   f"{r['tokens']:.0f} | {r['wall']:.1f} | {cost} | {statuses} |")
-    return "\n".join(out)
-
-
-def _average(per_task: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    labels: dict[str, list[dict[str, Any]]] = {}
-    for rows in per_task.values():
-        for r in rows:
-            labels.setdefault(r["label"], []).append(r)
-    out = []
-    for label, rows in labels.items():
-        k = len(rows)
-        g = [r for r in rows if r["grounding"] is not None]
-        grounded_n = sum(r["grounded_n"] for r in g)
-        costs = [r["cost"] for r in rows]
-        out.append({
-            "label": f"{label} ({k} tasks)", "accuracy": sum(r["accuracy"] for r in rows) / k,
-            "stderr": math.sqrt(sum(r["stderr"] ** 2 for r in rows)) / k, "n": sum(r["n"] for r in rows),
-            "grounding": (sum(r["grounding"] * r["grounded_n"] for r in g) / grounded_n) if grounded_n else None,
-            "grounded_n": grounded_n, "tokens": sum(r["tokens"] for r in rows) / k,
-            "wall": sum(r["wall"] for r in rows) / k,
-            "cost": None if any(c is None for c in costs) else sum(costs) / k, "statuses": _sum_statuses(rows),
-        })
-    return out
-
-
-def _sum_statuses(rows: list[dict[str, Any]]) -> dict[str, int]:
-    total: dict[str, int] = {}
-    for r in rows:
-        for k, v in r["statuses"].items():
-            total[k] = total.get(k, 0) + v
-    return total
-
-
-def _plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for r in rows:
-        if r["cost"] is None:
-            continue
-        ax.errorbar(r["cost"], r["accuracy"], yerr=r["stderr"], fmt="o", capsize=3)
-        ax.annotate(r["label"].split(" (")[0], (r["cost"], r["accuracy"]), textcoords="offset points", xytext=(5, 4),
-                    fontsize=8)
-    ax.set_xscale("log")
-    ax.set_xlabel("compute cost per episode ($, local models priced by CPU time)")
-    ax.set_ylabel("accuracy (mean over tasks)")
-    ax.set_title("Local pool: accuracy vs cost")
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
 async def kv_compare(n: int, store: TraceStore, state: dict[str, str], state_path: Path) -> None:
     dataset = "bigbench:arithmetic/3_digit_multiplication"
     rows = []
@@ -258,8 +170,8 @@ async def kv_compare(n: int, store: TraceStore, state: dict[str, str], state_pat
                             pool="local", budget=BUDGET, options=_options(["para"]))
         run_id = await _run(key, config, PoolFactory(state_cache=cache), store, state, state_path)
         s = summarize(store, run_id)[0]
-        rows.append(_row(label, s))
-    print(_fmt(rows, f"KV reuse: para on {n} 3-digit products, same process, same pool"))
+        rows.append(row(label, s))
+    print(fmt(rows, f"KV reuse: para on {n} 3-digit products, same process, same pool"))
     before, after = rows[0]["wall"], rows[1]["wall"]
     if after:
         print(f"\nper-episode time, before / after: {before:.1f}s / {after:.1f}s = {before / after:.2f}x")
@@ -275,27 +187,8 @@ async def roles_compare(n: int, store: TraceStore, state: dict[str, str], state_
             config = EvalConfig(dataset=dataset, strategies=["para"], limit=n, seed=7, concurrency=1,
                                 pool="local", budget=BUDGET, options=_options(["para"]))
             run_id = await _run(f"roles/{orch}/{synth}/{n}", config, PoolFactory(roles=roles), store, state, state_path)
-            rows.append(_row(f"orchestrator {orch}, synthesizer {synth}", summarize(store, run_id)[0]))
-    print(_fmt(rows, f"Roles: para on {n} 3-digit products (executor = orchestrator)"))
-
-
-
-def _scores(store: TraceStore, run_id: str, strategy: str) -> dict[str, float]:
-    """Score per task id of the run's counted episodes of ``strategy`` (first epoch)."""
-    rows = store.query(
-        "SELECT task_id, json_extract(meta, '$.score') AS score FROM episodes WHERE run_id = ? AND strategy = ? "
-        "AND finished = 1 AND epoch = 0 AND status NOT IN ('interrupted', 'cancelled', 'retried')", (run_id, strategy))
-    return {r["task_id"]: float(r["score"] or 0.0) for r in rows}
-
-
-def _verdict(diff: float, se: float, n: int) -> str:
-    if n < 2:
-        return "too few examples to judge"
-    if diff > se + 1e-9:  # strictly more than one se (float rounding aside)
-        return f"above direct by more than 1 se ({diff:+.2f} ± {se:.2f})"
-    if diff >= -se - 1e-9:  # equal counts as not below (a difference of -1/n with se 1/n is exactly -se)
-        return f"not below direct minus 1 se ({diff:+.2f} ± {se:.2f})"
-    return f"BELOW direct minus 1 se ({diff:+.2f} ± {se:.2f})"
+            rows.append(row(f"orchestrator {orch}, synthesizer {synth}", summarize(store, run_id)[0]))
+    print(fmt(rows, f"Roles: para on {n} 3-digit products (executor = orchestrator)"))
 
 
 async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, str], state_path: Path) -> None:
@@ -338,80 +231,12 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
             label, run_id = await one(task, "test", args.limit, strategy, model)
             if run_id:
                 runs[task][label] = (run_id, strategy)
-    _report(store, runs, args)
-    arms = train_arm_lines(store, learned, f"direct on {STRONGEST}", _scores)
+    report(store, runs, args)
+    arms = train_arm_lines(store, learned, f"direct on {STRONGEST}", scores)
     if arms:
         print(f"\n**What auto learned from: each arm on the @train sample ({args.train} per task), paired by "
               "example against direct on the 1.5B model**\n")
         print("\n".join(arms), flush=True)
-
-
-def _report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]], args: argparse.Namespace) -> None:
-    base_label = f"direct on {STRONGEST}"
-    per_task: dict[str, list[dict[str, Any]]] = {}
-    verdicts: list[str] = []
-    diffs: dict[str, list[tuple[float, float]]] = {}
-    units: dict[str, list[float]] = {}
-    for task, labels in runs.items():
-        rows = []
-        base = _scores(store, *labels[base_label]) if base_label in labels else {}
-        for label, (run_id, strategy) in labels.items():
-            for s in summarize(store, run_id):
-                row = _row(label, s)
-                row["units"] = s.cost_units / max(1, s.episodes)
-                rows.append(row)
-                units.setdefault(label, []).append(row["units"])
-            if label != base_label and base:
-                diff, se, n = paired_difference(_scores(store, run_id, strategy), base)
-                diffs.setdefault(label, []).append((diff, se))
-                if strategy != "direct":
-                    verdicts.append(f"| {task} | {label} | {_verdict(diff, se, n)} |")
-        per_task[task] = rows
-        print(_fmt(rows, f"{dataset_of(task)}@test, {args.limit} examples (fewer where n says so), seed {args.seed}"),
-              flush=True)
-    if not per_task:
-        return
-    avg = _average(per_task)
-    print(_fmt(avg, "Mean over tasks (se: combined from the per-task standard errors)"))
-    print("\n**Against direct on the 1.5B model, paired by example** (mean over tasks of the per-task "
-          "difference; se combined from the per-task paired standard errors; compute units per episode "
-          "as a multiple of direct's)\n")
-    print("| strategy | tasks | mean difference ± se | compute units × direct |\n|---|---|---|---|")
-    base_units = sum(units.get(base_label, [0.0])) / max(1, len(units.get(base_label, [])))
-    for label, ds in diffs.items():
-        k = len(ds)
-        mean = sum(d for d, _ in ds) / k
-        se = math.sqrt(sum(e ** 2 for _, e in ds if math.isfinite(e))) / k
-        ratio = (sum(units[label]) / len(units[label])) / base_units if base_units else math.inf
-        print(f"| {label} | {k} | {mean:+.3f} ± {se:.3f} | {ratio:.1f}× |")
-    _print_out_of_format(store, runs)
-    print("\n**Per-task verdicts (each strategy against direct on the 1.5B model)**\n")
-    print("| task | strategy | verdict |\n|---|---|---|")
-    print("\n".join(verdicts))
-    _plot(avg, args.out / "accuracy_cost.png")
-
-
-def _print_out_of_format(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]]) -> None:
-    """How many final answers of each row do not fit their task's format (its options, a number),
-    read from the trace store. Only direct's own answers may: an arm's or a synthesis's is replaced."""
-    from orchestrion.runtime.fit import AnswerFormat
-    from orchestrion.runtime.types import Task
-
-    counts: dict[str, list[int]] = {}
-    for labels in runs.values():
-        for label, (run_id, _) in labels.items():
-            for ep in store.episodes(run_id=run_id):
-                if not ep.finished:
-                    continue
-                task = ep.task_value()
-                fmt = AnswerFormat.of(Task.model_validate(task)) if isinstance(task, dict) else None
-                seen = counts.setdefault(label, [0, 0])
-                seen[0] += 1
-                seen[1] += int(fmt is not None and fmt.misfit(ep.answer or "") is not None)
-    print("\n**Final answers out of their task's format** (a query over the trace store)\n")
-    print("| row | episodes | out of format |\n|---|---|---|")
-    for label, (n, bad) in counts.items():
-        print(f"| {label} | {n} | {bad} |")
 
 
 async def main() -> None:

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from local_pool import _scores  # the table's own reading of a run's scores
+from pool_report import scores as _scores  # the table's own reading of a run's scores
 
 from orchestrion import EvalConfig, TraceStore, run_eval
 from orchestrion.strategies.para import uses_task_numbers
