@@ -372,19 +372,25 @@ def table(bench: Bench) -> tuple[str, dict[str, dict[str, list[float]]]]:
 
 
 def grpo_steps(log_path: Path) -> list[str]:
-    """GRPO's steps from its train log: groups kept, reward mean ± sd, valid rate, decisions trained."""
+    """GRPO's steps from its train log: groups kept, reward mean ± sd, valid rate, decisions trained,
+    and how far the sampler (llama.cpp, GGUF) and the learner (transformers) disagree on the
+    sampled tokens' log-probs: mean / 95th percentile of the per-token gap."""
     if not log_path.is_file():
         return []
     steps = json.loads(log_path.read_text()).get("steps", [])
     lines = ["\n**GRPO's steps** (reward: mean ± sd over the step's episodes; a group is kept when its "
-             "rewards differ)\n", "| step | episodes | groups kept | reward | valid actions | decisions trained "
-             "| loss | s |", "|---|---|---|---|---|---|---|---|"]
+             "rewards differ; sampler gap: mean / p95 of |log p| sampler - learner per token)\n",
+             "| step | episodes | groups kept | reward | valid actions | decisions trained | loss | sampler gap | s |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for s in steps:
         valid = "-" if s.get("valid_rate") is None else f"{s['valid_rate']:.3f}"
         loss = "-" if s.get("loss") is None else f"{s['loss']:.4f}"
+        gap = "-" if s.get("rollout_gap") is None else f"{s['rollout_gap']:.3f}"
+        if s.get("rollout_gap_p95") is not None:
+            gap += f" / {s['rollout_gap_p95']:.3f}"
         lines.append(f"| {s['step']} | {s['episodes']} | {s['groups_kept']}/{s['groups']} "
                      f"| {s['mean_reward']:.3f} ± {s.get('reward_sd', 0.0):.3f} | {valid} "
-                     f"| {s.get('trained', 0)}/{s.get('decisions', 0)} | {loss} | {s.get('wall_s', 0.0):.0f} |")
+                     f"| {s.get('trained', 0)}/{s.get('decisions', 0)} | {loss} | {gap} | {s.get('wall_s', 0.0):.0f} |")
     return lines
 
 

@@ -68,11 +68,11 @@ def test_grpo_steps_are_tabled_from_the_train_log(tmp_path: Any) -> None:
     assert learning.grpo_steps(log) == []  # GRPO has not run: nothing to show
     log.write_text('{"steps": [{"step": 1, "episodes": 16, "groups": 4, "groups_kept": 3, "mean_reward": 0.5, '
                    '"reward_sd": 0.25, "valid_rate": 0.9, "decisions": 40, "trained": 31, "loss": 0.0123, '
-                   '"wall_s": 301.4}, {"step": 2, "episodes": 16, "groups": 4, "groups_kept": 0, '
+                   '"rollout_gap": 0.0412, "rollout_gap_p95": 0.1873, "wall_s": 301.4}, {"step": 2, "episodes": 16, "groups": 4, "groups_kept": 0, '
                    '"mean_reward": 1.0, "valid_rate": null, "loss": null}]}')
     lines = learning.grpo_steps(log)
-    assert "| 1 | 16 | 3/4 | 0.500 ± 0.250 | 0.900 | 31/40 | 0.0123 | 301 |" in lines
-    assert "| 2 | 16 | 0/4 | 1.000 ± 0.000 | - | 0/0 | - | 0 |" in lines
+    assert "| 1 | 16 | 3/4 | 0.500 ± 0.250 | 0.900 | 31/40 | 0.0123 | 0.041 / 0.187 | 301 |" in lines
+    assert "| 2 | 16 | 0/4 | 1.000 ± 0.000 | - | 0/0 | - | - | 0 |" in lines
 
 
 def test_run_time_is_kept_at_every_save_so_a_killed_run_keeps_it(tmp_path: Any,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from orchestrion.strategies import base as strategy_base  # noqa: E402
 from orchestrion.strategies.base import Answer, Strategy, Task  # noqa: E402
 from orchestrion.train._policy import Policy  # noqa: E402
 from orchestrion.train._types import TrainSample  # noqa: E402
-from orchestrion.train.grpo import grpo_update, set_old_logprobs, train_grpo  # noqa: E402
+from orchestrion.train.grpo import grpo_update, rollout_gap_stats, set_old_logprobs, train_grpo  # noqa: E402
 from orchestrion.train.settings import GRPOSettings  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,6 +107,12 @@ def test_a_single_update_takes_the_old_policy_from_its_own_forward(policy: Polic
     assert samples[1].old_logprobs == pytest.approx(before[1, :n1].tolist(), abs=1e-4)
     assert samples[0].meta["rollout_logprobs"] == [0.0] * n0
     assert stats["rollout_gap"] == pytest.approx(-sum(before[0, :n0].tolist()) / n0, abs=1e-4)
+    # the step log's disagreement: the same mean, and the 95th percentile of the per-token gaps
+    gaps = sorted(-x for x in before[0, :n0].tolist())
+    mean, p95 = rollout_gap_stats(samples) or (None, None)
+    assert mean == pytest.approx(stats["rollout_gap"], abs=1e-6)
+    assert p95 == pytest.approx(gaps[math.ceil(0.95 * n0) - 1], abs=1e-4) and min(gaps) <= p95 <= max(gaps)
+    assert rollout_gap_stats(samples[1:]) is None  # its rollout backend gave no log-probs
 
 
 def test_loop_on_a_scripted_pool(tmp_path: Path, store: TraceStore) -> None:
@@ -203,6 +210,7 @@ def test_grpo_on_the_embedded_model(tmp_path: Path, engine: str) -> None:
             assert step["loss"] is not None and step["samples"] == 2
         elif step["groups_kept"]:  # the episodes' rewards differed: an update on llama.cpp's exact token ids
             assert step["loss"] is not None and step["samples"] > 0 and step["rollout_gap"] is not None
+            assert step["rollout_gap_p95"] is not None  # the disagreement's tail, beside its mean
             assert step["rollout_gap"] < 0.5  # HF and llama.cpp agree on the log-probs of the same ids
     assert (out / "adapter.gguf").is_file()
     # the second step's decisions were made by the adapted orchestrator

@@ -32,6 +32,7 @@ from ._grpo_steps import (
     check_vocab,
     grpo_update,
     retokenized_samples,
+    rollout_gap_stats,
     rollout_pool,
     set_old_logprobs,
 )
@@ -119,6 +120,8 @@ async def _step(run: GRPORun, optimizer: torch.optim.Optimizer, step: int, tasks
                                 micro_batch=s.micro_batch, on_policy=on_policy)
         if on_policy:
             entry.rollout_gap = stats.get("rollout_gap")
+        gap = rollout_gap_stats(usable)
+        entry.rollout_gap_p95 = gap[1] if gap is not None else None
         entry.loss, entry.clip_frac = stats["loss"], stats["clip_frac"]
         entry.ratio, entry.kl = stats["ratio"], stats["kl"]
     entry.wall_s = time.perf_counter() - start

@@ -5,6 +5,7 @@ every step calls."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -45,6 +46,7 @@ class StepLog:
     ratio: float | None = None
     kl: float | None = None
     rollout_gap: float | None = None  # mean |llama.cpp log-prob - HF log-prob| of the sampled tokens
+    rollout_gap_p95: float | None = None  # its 95th percentile over the step's tokens
     rollout_policy: str = "base"
     wall_s: float = 0.0
     note: str = ""
@@ -119,6 +121,19 @@ def _adopt(chunk: Sequence[TrainSample], logp: torch.Tensor) -> list[float]:
             s.meta["rollout_logprobs"] = s.old_logprobs
         s.old_logprobs = fresh
     return gaps
+
+
+def rollout_gap_stats(samples: Sequence[TrainSample]) -> tuple[float, float] | None:
+    """The sampler/learner disagreement over ``samples``' tokens, after their old log-probs were
+    set (:func:`set_old_logprobs`, or an on-policy :func:`grpo_update`): the mean and the 95th
+    percentile (nearest rank) of ``|log p(rollout) - log p(learner)|`` per token, over the samples
+    whose rollout backend reported log-probs; None when none did."""
+    gaps = sorted(abs(a - b) for s in samples if s.old_logprobs is not None
+                  and len(rolled := s.meta.get("rollout_logprobs") or []) == len(s.old_logprobs)
+                  for a, b in zip(rolled, s.old_logprobs))
+    if not gaps:
+        return None
+    return sum(gaps) / len(gaps), gaps[max(0, math.ceil(0.95 * len(gaps)) - 1)]
 
 
 @torch.no_grad()

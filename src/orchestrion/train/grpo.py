@@ -40,6 +40,7 @@ from ._grpo_steps import (
     StepLog,
     grpo_update,
     retokenized_samples,
+    rollout_gap_stats,
     scoring_reward,
     set_old_logprobs,
     write_log,
@@ -175,4 +176,4 @@ def _load_dataset(dataset: str | _DatasetLike, limit: int | None, seed: int) -> 
 
 
 __all__ = ["GRPOResult", "GRPORun", "StepLog", "atrain_grpo", "grpo_update", "retokenized_samples",
-           "set_old_logprobs", "train_grpo"]
+           "rollout_gap_stats", "set_old_logprobs", "train_grpo"]
