@@ -50,15 +50,16 @@ class PlanOutcome:
     invalid_outputs: int = 0
 
 
-def plan_schema(ctx: RunContext, max_subtasks: int = MAX_SUBTASKS, task_chars: int = 200) -> dict[str, Any]:
-    """Plan's JSON schema for constrained decoding: tools and models pinned, short strings."""
+def plan_schema(ctx: RunContext, max_subtasks: int = MAX_SUBTASKS) -> dict[str, Any]:
+    """Plan's JSON schema for constrained decoding: tools and models pinned, strings no longer than
+    :class:`Subtask`'s own fields allow (a task of several questions hands each one on whole, with
+    its options: a shorter grammar cut such copies off mid-question)."""
     # ``deps`` is optional (omitted = no deps) so that a grammar lists it after id, task and tool
     schema = narrow(Plan.model_json_schema(), {"tool": ctx.tools.names, "model": ctx.pool.names},
                     optional=("model", "deps"))
     schema["properties"]["subtasks"]["maxItems"] = max_subtasks  # 1 to MAX_SUBTASKS: option max_subtasks
     props = schema["$defs"]["Subtask"]["properties"]
     props["id"]["maxLength"] = 12
-    props["task"]["maxLength"] = task_chars
     props["deps"]["items"]["maxLength"] = 12
     props["deps"]["maxItems"] = max_subtasks - 1  # the other subtasks at most (none in a plan of one)
     return schema

@@ -38,11 +38,14 @@ def _context(args: AgentArgs, ctx: ToolContext) -> str:
     caller's context."""
     parts = []
     original = (ctx.original_task or "").strip()
-    if original and normalize(original) != normalize(args.task) and original not in args.context:
+    part_of_it = bool(original) and normalize(original) != normalize(args.task)
+    if part_of_it and original not in args.context:
         parts.append("The whole task, as the user wrote it (your subtask is part of it):\n"
                      + original[:ORIGINAL_MAX_CHARS])
     if args.context:
         parts.append(f"Context: {args.context}")
+    if part_of_it:  # a task of several questions shown whole: the agent answered them all, not its own
+        parts.append("Work only on what follows, not on the rest of the whole task.")
     return "".join(p + "\n\n" for p in parts)
 
 
