@@ -82,10 +82,14 @@ async def test_an_agent_gets_the_original_task_verbatim_beside_a_paraphrase(stor
     await _episode([{"tool": "reasoner", "input": "order two fruits"}], replies, [ReasonerAgent()], store, task)
     agent_prompt = next(p for p in prompts if "Subtask: order two fruits" in p)
     assert task in agent_prompt  # the paraphrase did not lose the format line
+    # ... and the agent works on its own part only (with a task of several questions shown whole, it
+    # answered all of them), the line coming right before its subtask
+    assert agent_prompt.index(task) < agent_prompt.index("Work only on what follows") < agent_prompt.index("Subtask:")
     prompts.clear()
     await _episode([{"tool": "reasoner", "input": task}], replies, [ReasonerAgent()], store, task)
     agent_prompt = next(p for p in prompts if "Subtask:" in p)
     assert agent_prompt.count(task) == 1  # the subtask is the task: not shown twice
+    assert "Work only on" not in agent_prompt
 
 
 async def test_solve_directly_sends_the_unchanged_task_with_directs_prompt(store: TraceStore) -> None:
