@@ -107,6 +107,25 @@ def test_consistency_worked_examples() -> None:
     assert support("so the answer is\n15", ["15", "15", "16"]) == pytest.approx(2 / 3)
 
 
+async def test_a_plan_may_hand_on_a_whole_question_as_long_as_subtask_allows(store: TraceStore) -> None:
+    question = "Which finished third? " + "A golfer finished below another one. " * 10 + "Options: (A) Amy (B) Rob"
+    assert 400 < len(question) <= 500  # longer than the 200 characters the plan grammar once allowed
+    schemas: list[dict[str, Any]] = []
+    answered: list[str] = []
+
+    def reply(messages: Sequence[Message], config: GenerateConfig) -> str:
+        if config.json_schema is not None:
+            schemas.append(config.json_schema)
+            return plan(("q1", question, "reasoner", []))
+        answered.append(messages[-1]["content"])
+        return "synthesised"
+
+    res = await run(store, ScriptedModel(reply, name="orch"))
+    # the grammar a real model decodes under lets the whole question through, as Subtask does
+    assert schemas[0]["$defs"]["Subtask"]["properties"]["task"]["maxLength"] == 500
+    assert res.status == "ok" and any(question in text for text in answered)
+
+
 # -- the strategy on a scripted model ---------------------------------------------------
 
 
