@@ -205,6 +205,22 @@ async def test_answer_meta_is_stored_with_the_episode(store: TraceStore) -> None
     assert "options" in meta and "budget" in meta
 
 
+async def test_a_first_round_with_no_call_and_no_final_is_shown_back_as_invalid(store: TraceStore) -> None:
+    from orchestrion.strategies.para import EMPTY_ACTION
+
+    slow = SlowTool(0.0)
+    orch = ScriptedModel([action([]), action([{"tool": "slow", "input": "a"}]), action([], True), "syn"], name="orch")
+    res = await solve("q", strategy="para", pool=Pool.from_models([orch]), tools=ToolRegistry([slow]), store=store)
+    assert len(slow.spans) == 1 and res.answer == "syn"
+    assert res.meta["rounds"] == 3 and res.meta["invalid_decisions"] == 1 and res.meta["stop"] == "final"
+    assert EMPTY_ACTION in orch.calls[1][-1]["content"]  # round 2's prompt says why round 1 did nothing
+    assert [e.data_value() for e in store.events(res.trace_id) if e.kind == "empty_action"] == [{"round": 1}]
+    # once a result exists, an empty reply stops the loop as before, final or not
+    again = ScriptedModel([action([{"tool": "slow", "input": "a"}]), action([]), "syn"], name="orch")
+    res = await solve("q", strategy="para", pool=Pool.from_models([again]), tools=ToolRegistry([slow]), store=store)
+    assert res.meta["rounds"] == 2 and res.meta["stop"] == "final" and res.meta["invalid_decisions"] == 0
+
+
 async def test_para_stops_after_rounds_in_a_row_without_a_valid_action(store: TraceStore) -> None:
     """Three invalid rounds in a row end the deciding (a valid round in between resets the count)."""
     from orchestrion.tools.calculator import CalculatorTool

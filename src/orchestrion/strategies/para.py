@@ -96,6 +96,11 @@ def with_client_tools(cls: type[ParaAction], spec: ClientToolSpec) -> type[ParaA
     return ParaAction
 
 
+EMPTY_ACTION = ('your reply made no call and did not set "final", and nothing has run yet. Make the calls '
+                'the task needs (one per question when it asks several), or set "final" to true to have it '
+                'answered directly.')
+
+
 @register
 class Para(Strategy):
     name = "para"
@@ -152,8 +157,18 @@ class Para(Strategy):
                         stop = "invalid_decisions"
                         break  # a model that cannot produce the format will not start now: stop spending
                     continue
-                streak = 0
                 action = decision.action
+                if not action.calls and not action.final and not results and rnd < max_rounds:
+                    # neither a call nor a stop, with no result to answer from: a non-action, which on a task
+                    # of several questions was the 1.5B's usual first reply; shown back as an invalid one
+                    invalid, streak = invalid + 1, streak + 1
+                    ctx.tracer.event("empty_action", {"round": rnd})
+                    history.append(f"Round {rnd}: {EMPTY_ACTION}")
+                    if streak == opts.max_invalid_rounds:
+                        stop = "invalid_decisions"
+                        break
+                    continue
+                streak = 0
                 if not action.calls:
                     stop = "final"
                     break
