@@ -112,6 +112,8 @@ def scores(store: TraceStore, run_id: str, strategy: str) -> dict[str, float]:
 def verdict(diff: float, se: float, n: int) -> str:
     if n < 2:
         return "too few examples to judge"
+    if diff > 2 * se + 1e-9:  # the bar a claim of a paradigm's gain is held to
+        return f"above direct by more than 2 se ({diff:+.3f} ± {se:.3f})"
     if diff > se + 1e-9:  # strictly more than one se (float rounding aside)
         return f"above direct by more than 1 se ({diff:+.2f} ± {se:.2f})"
     if diff >= -se - 1e-9:  # equal counts as not below (a difference of -1/n with se 1/n is exactly -se)

@@ -68,7 +68,8 @@ def test_grpo_steps_are_tabled_from_the_train_log(tmp_path: Any) -> None:
     assert learning.grpo_steps(log) == []  # GRPO has not run: nothing to show
     log.write_text('{"steps": [{"step": 1, "episodes": 16, "groups": 4, "groups_kept": 3, "mean_reward": 0.5, '
                    '"reward_sd": 0.25, "valid_rate": 0.9, "decisions": 40, "trained": 31, "loss": 0.0123, '
-                   '"rollout_gap": 0.0412, "rollout_gap_p95": 0.1873, "wall_s": 301.4}, {"step": 2, "episodes": 16, "groups": 4, "groups_kept": 0, '
+                   '"rollout_gap": 0.0412, "rollout_gap_p95": 0.1873, "wall_s": 301.4}, '
+                   '{"step": 2, "episodes": 16, "groups": 4, "groups_kept": 0, '
                    '"mean_reward": 1.0, "valid_rate": null, "loss": null}]}')
     lines = learning.grpo_steps(log)
     assert "| 1 | 16 | 3/4 | 0.500 ± 0.250 | 0.900 | 31/40 | 0.0123 | 0.041 / 0.187 | 301 |" in lines
