@@ -136,7 +136,7 @@ def report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]], args:
                 entry["units"] = s.cost_units / max(1, s.episodes)
                 rows.append(entry)
                 units.setdefault(label, []).append(entry["units"])
-            if label != base_label and base:
+            if label != base_label and base and label in units:  # a run with no episode yet has no difference
                 diff, se, n = paired_difference(scores(store, run_id, strategy), base)
                 diffs.setdefault(label, []).append((diff, se))
                 if strategy != "direct":
