@@ -36,26 +36,26 @@ def train_arm_lines(store: TraceStore, runs: Runs, base_label: str,
         for label, (run_id, strategy) in labels.items():
             if not run_id:
                 continue
-            scored.append(scores(store, run_id, strategy))
+            arm = scores(store, run_id, strategy)
+            scored.append(arm)
             for s in summarize(store, run_id):
                 units = s.cost_units / max(1, s.episodes)
-                paired = "-"
-                if base and label != base_label:
-                    diff, se, _ = paired_difference(scores(store, run_id, strategy), base_scores)
-                    paired = f"{diff:+.2f} ± {se:.2f}"
+                paired = _paired(arm, base_scores) if base and label != base_label else "-"
                 ratio = f"{units / base_units:.1f}×" if base_units else "-"
                 lines.append(f"| {task} | {label} | {s.episodes} | {s.accuracy:.2f} ± {s.stderr:.2f} | {paired} "
                              f"| {ratio} |")
         best = oracle(scored)
         if len(scored) > 1 and best:
-            acc, acc_se, n = paired_difference(best, dict.fromkeys(best, 0.0))
-            paired = "-"
-            if base:
-                diff, se, _ = paired_difference(best, base_scores)
-                paired = f"{diff:+.2f} ± {se:.2f}"
+            acc, acc_se, n = paired_difference(best, dict.fromkeys(best, 0.0))  # its mean and se
+            paired = _paired(best, base_scores) if base else "-"
             lines.append(f"| {task} | oracle: best of these {len(scored)} arms per example | {n} "
                          f"| {acc:.2f} ± {acc_se:.2f} | {paired} | - |")
     return lines if len(lines) > 2 else []
+
+
+def _paired(scored: dict[str, float], base: dict[str, float]) -> str:
+    diff, se, _ = paired_difference(scored, base)
+    return f"{diff:+.2f} ± {se:.2f}"
 
 
 def oracle(scored: list[dict[str, float]]) -> dict[str, float]:
