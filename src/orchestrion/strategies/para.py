@@ -150,23 +150,20 @@ class Para(Strategy):
                 else:
                     decision = await ctx.decide(schema_cls, [system, msg("user", prompt)], json_schema=schema,
                                                 name=f"round {rnd}")
-                if decision.action is None:
+                action = decision.action
+                problem = f"your reply was not a valid action ({decision.error})." if action is None else None
+                if action is not None and not action.calls and not action.final and not results \
+                        and rnd < max_rounds:
+                    # neither a call nor a stop, with no result to answer from: a non-action, which on a task
+                    # of several questions was the 1.5B's usual first reply; shown back as an invalid one
+                    ctx.tracer.event("empty_action", {"round": rnd})
+                    problem = EMPTY_ACTION
+                if action is None or problem is not None:
                     invalid, streak = invalid + 1, streak + 1
-                    history.append(f"Round {rnd}: your reply was not a valid action ({decision.error}).")
+                    history.append(f"Round {rnd}: {problem}")
                     if streak == opts.max_invalid_rounds:
                         stop = "invalid_decisions"
                         break  # a model that cannot produce the format will not start now: stop spending
-                    continue
-                action = decision.action
-                if not action.calls and not action.final and not results and rnd < max_rounds:
-                    # neither a call nor a stop, with no result to answer from: a non-action, which on a task
-                    # of several questions was the 1.5B's usual first reply; shown back as an invalid one
-                    invalid, streak = invalid + 1, streak + 1
-                    ctx.tracer.event("empty_action", {"round": rnd})
-                    history.append(f"Round {rnd}: {EMPTY_ACTION}")
-                    if streak == opts.max_invalid_rounds:
-                        stop = "invalid_decisions"
-                        break
                     continue
                 streak = 0
                 if not action.calls:
