@@ -51,7 +51,7 @@ from _fragment import tee_fragment
 from pool_report import STRONGEST, dataset_of, fmt, report, row, scores
 from train_arms import train_arm_lines
 
-from orchestrion import EvalConfig, Pool, TraceStore, run_eval, summarize
+from orchestrion import ConfigError, EvalConfig, Pool, TraceStore, run_eval, summarize
 from orchestrion.eval.runner import Observer
 from orchestrion.models.pool import PoolConfig
 from orchestrion.models.presets import LOCAL_MODELS
@@ -299,9 +299,12 @@ async def main() -> None:
 def run_main(entry: Callable[[], Coroutine[Any, Any, None]] | None = None) -> int:
     """``main()`` (or another bench's ``entry``) with Ctrl-C as a clean stop, like ``orchestrion
     eval``'s: the run in progress is marked interrupted (its finished episodes kept), one line says
-    how to go on, exit 130."""
+    how to go on, exit 130. A configuration error (a bad dataset spec) is one line, exit 2."""
     try:
         asyncio.run((entry or main)())
+    except ConfigError as exc:  # a bad --tasks spec, a missing dataset: one line, as the CLI prints it
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted; finished episodes are kept.", file=sys.stderr)
         print(f"resume with the same command: {shlex.join([Path(sys.executable).name, *sys.argv])}", file=sys.stderr)

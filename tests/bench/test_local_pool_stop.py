@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -38,3 +39,14 @@ def test_ctrl_c_during_a_run_is_one_line_and_exit_130(monkeypatch: pytest.Monkey
         "interrupted; finished episodes are kept.",
         "resume with the same command: python bench/local_pool.py --tasks object_counting --limit 2",
     ]
+
+
+def test_a_bad_dataset_spec_is_one_line_and_exit_2(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("sys.argv", ["bench/local_pool.py", "--tasks", "bigbench-mix:x", "--history", "",
+                                     "--train", "1", "--limit", "1", "--out", str(tmp_path)])
+    assert local_pool.run_main() == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.splitlines()[-1] == ("error: 'bigbench-mix:x': K must be a whole number of parts, 2 or more, "
+                                    "e.g. bigbench-mix:3")
