@@ -794,8 +794,10 @@ def _check_more_views(page: Any, base: str, pair: Pair, name: str, out: Path, *,
     page.wait_for_function("document.querySelector('nav.pager span')?.innerText === '3–4 of 4'")
     assert "sort=-cost" in page.evaluate("location.hash") and _row_ids(page) == [pair.second, pair.direct]
     page.fill("input[name=q]", "3+3")
+    page.evaluate("delete document.body.dataset.ready")  # the hash changes before the searched list is drawn
     page.press("input[name=q]", "Enter")
-    page.wait_for_function("location.hash.includes('q=3%2B3') && location.hash.includes('sort=-cost')")
+    page.wait_for_function("location.hash.includes('q=3%2B3') && location.hash.includes('sort=-cost')"
+                           " && document.body.dataset.ready === 'list'")
     _rows(page, 2)
     assert _row_ids(page) == [pair.first, pair.later]
     _sort_by(page, "score", "sort=score")
