@@ -28,7 +28,7 @@ def shared_model() -> Iterator[LlamaCppModel]:
 async def test_strategy_on_real_model(name: str, shared_model: LlamaCppModel, store: TraceStore) -> None:
     pool = Pool.default()
     pool._models[EMBEDDED_NAME] = shared_model
-    res = await solve("What is 7+8?", strategy=name, pool=pool, store=store, budget=Budget(tokens=6000, wall_s=180))
+    res = await solve("What is 7+8?", strategy=name, pool=pool, store=store, budget=Budget(tokens=4000, wall_s=180))
     assert res.status in RECORDED, res.error
     assert res.status != "ok" or res.answer.strip()
     ep = store.episode(res.trace_id)
