@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from orchestrion import (
     GenerateConfig,
@@ -17,7 +18,15 @@ from orchestrion import (
     TraceStore,
     solve,
 )
-from orchestrion.strategies.spec import OrchestrationSpec, Role, compile_spec, map_capacity, sinks, spec_error
+from orchestrion.strategies.spec import (
+    DUTY_MAX,
+    OrchestrationSpec,
+    Role,
+    compile_spec,
+    map_capacity,
+    sinks,
+    spec_error,
+)
 from orchestrion.tools.agents import agent_tools
 from tests.helpers import script
 
@@ -93,6 +102,16 @@ def test_compile_spec_maps_roles_to_subtasks_and_rejects_an_edited_invalid_spec(
     edited = spec.model_copy(update={"roles": [*spec.roles[:2], Role(**role("w", "high", ["w"]))]})  # one field changed
     with pytest.raises(PlanError, match="invalid orchestration spec: role 'w' depends on itself"):
         compile_spec(edited, pool)
+
+
+def test_a_duty_holds_a_copied_question_and_the_longest_role_still_compiles() -> None:
+    pool = tiered([ScriptedModel(["x"], name=n) for n in ("orch", "small")], {"orch": 2, "small": 1})
+    question = ("Which of these is a prime number? Options: (A) 21 (B) 27 (C) 29 (D) 33. " * 6)[:400]
+    assert compile_spec(spec_of({**role("q1"), "duty": question}), pool)[0].task.endswith(question)
+    longest = spec_of({**role("n" * 24), "duty": "d" * DUTY_MAX})
+    assert len(compile_spec(longest, pool)[0].task) <= 500  # the plan's own limit on a subtask's text
+    with pytest.raises(ValidationError, match="at most"):
+        Role(**{**role("r"), "duty": "d" * (DUTY_MAX + 1)})
 
 
 async def test_execution_order_follows_dependencies_and_answer_comes_from_sinks(store: TraceStore) -> None:

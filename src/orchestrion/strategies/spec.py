@@ -45,6 +45,9 @@ from .uno import DecisionOptions, decide_with_options, tool_available
 LEVELS: tuple[str, ...] = ("low", "medium", "high")
 PRIMITIVES: tuple[str, ...] = ("reasoner", "reviewer", "coder", "ensemble", "searcher")
 MAX_ROLES = 6
+# a role compiles to the subtask "You are the <name>. <duty>", and a subtask's text holds at most 500
+# characters: room for a copied question with its options, never a duty the plan would reject
+DUTY_MAX = 500 - len("You are the . ") - 24
 
 
 class Role(BaseModel):
@@ -53,7 +56,7 @@ class Role(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     name: str = Field(min_length=1, max_length=24)
-    duty: str = Field(min_length=1, max_length=240)
+    duty: str = Field(min_length=1, max_length=DUTY_MAX)
     capacity: str = Field(max_length=12, description="low, medium or high")
     primitive: str = Field(default="reasoner", max_length=12, description="the agent tool that plays the role")
     depends_on: list[Annotated[str, Field(min_length=1, max_length=24)]] = Field(default_factory=list, max_length=4)
