@@ -22,6 +22,7 @@ from orchestrion.strategies.spec import (
     DUTY_MAX,
     OrchestrationSpec,
     Role,
+    _capacity_lines,
     compile_spec,
     map_capacity,
     sinks,
@@ -102,6 +103,14 @@ def test_compile_spec_maps_roles_to_subtasks_and_rejects_an_edited_invalid_spec(
     edited = spec.model_copy(update={"roles": [*spec.roles[:2], Role(**role("w", "high", ["w"]))]})  # one field changed
     with pytest.raises(PlanError, match="invalid orchestration spec: role 'w' depends on itself"):
         compile_spec(edited, pool)
+
+
+def test_capacity_lines_describe_each_level_s_model() -> None:
+    pool = tiered([ScriptedModel(["x"], name=n) for n in ("orch", "small", "big")], {"orch": 2, "small": 1, "big": 5})
+    pool.specs["small"].description = "fast, weak at arithmetic"
+    lines = _capacity_lines(pool).splitlines()
+    assert lines[0].startswith("- low: small (tier 1") and lines[0].endswith("): fast, weak at arithmetic")
+    assert lines[2].startswith("- high: big (tier 5") and lines[2].endswith(")")  # no description, no colon
 
 
 def test_a_duty_holds_a_copied_question_and_the_longest_role_still_compiles() -> None:

@@ -186,7 +186,8 @@ def _capacity_lines(pool: Pool) -> str:
             if spec.price is None
             else f"${spec.price.input_per_mtok:g}/${spec.price.output_per_mtok:g} per Mtok"
         )
-        lines.append(f"- {level}: {spec.name} (tier {spec.tier}, {price})")
+        described = f": {spec.description}" if spec.description else ""
+        lines.append(f"- {level}: {spec.name} (tier {spec.tier}, {price}){described}")
     return "\n".join(lines)
 
 
