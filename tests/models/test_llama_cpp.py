@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -164,6 +165,32 @@ def test_a_generating_model_takes_its_new_share_between_tokens(monkeypatch: pyte
     with BUDGET.generating(), BUDGET.generating():
         fixed._apply_threads(llm)
     assert calls[-1] == ("ctx", 3, 3)
+
+
+def test_overlapping_loads_leave_stdout_and_stderr_where_they_were() -> None:
+    # a quiet llama.cpp load points fds 1 and 2 at /dev/null and restores what it saw on entry: loads
+    # that overlapped left a whole bench run printing nothing (no tables, no errors)
+    where = [(os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in (1, 2)]
+    streams = (sys.stdout, sys.stderr)
+    models = [LlamaCppModel(f"m{i}", state_cache=0, prefix_cache=False) for i in range(4)]
+    together = threading.Barrier(len(models))
+
+    def load(model: LlamaCppModel) -> None:
+        together.wait()
+        model._load()
+
+    threads = [threading.Thread(target=load, args=(m,)) for m in models]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    try:
+        assert all(m._llm is not None for m in models)
+        assert [(os.fstat(fd).st_dev, os.fstat(fd).st_ino) for fd in (1, 2)] == where
+        assert (sys.stdout, sys.stderr) == streams
+    finally:
+        for m in models:
+            m._close_sync()
 
 
 def test_from_spec_wires_state_cache_and_threads() -> None:

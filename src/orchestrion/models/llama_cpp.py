@@ -61,6 +61,10 @@ PROMPT_CHUNK = 64
 # Greedy calls under a grammar check the best token first (_greedy.py); False = llama-cpp-python's
 # sampler chain (the grammar over every token each step). Same tokens either way; tests compare.
 FAST_GRAMMAR_GREEDY = True
+# A quiet load points the process's stdout and stderr (fds 1 and 2, sys.stdout, sys.stderr) at
+# /dev/null and puts back what it found. Two loads overlapping in threads put back each other's
+# /dev/null and the process prints nothing again, so loads take turns across all models.
+LOAD_TURN = threading.Lock()
 
 
 log = logging.getLogger(__name__)
@@ -135,7 +139,8 @@ class LlamaCppModel:
 
             kwargs["lora_path"] = str(resolve_adapter(self.lora_path, base_gguf=path))
         try:
-            llm = Llama(model_path=str(path), **kwargs)
+            with LOAD_TURN:
+                llm = Llama(model_path=str(path), **kwargs)
         except (ValueError, RuntimeError) as exc:
             raise ModelError(f"model '{self.name}': llama.cpp could not load {path}: {exc}") from None
         template = llm.metadata.get("tokenizer.chat_template")
