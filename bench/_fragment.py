@@ -5,7 +5,8 @@ A bench that feeds a results page takes ``--fragment PATH`` and wraps its work i
 still goes to the terminal, and, when the work ends without an error, is also written to PATH
 under a header naming the command line (as typed from the repository root), the git commit
 (with "+ uncommitted changes" when ``src/`` or ``bench/`` differ from it), the date (UTC) and the
-machine (CPUs, CPU model, memory). A run that fails or is interrupted leaves PATH as it was.
+machine (CPUs, CPU model, memory). A run that fails, is interrupted or prints nothing leaves PATH as
+it was.
 """
 
 from __future__ import annotations
@@ -108,5 +109,9 @@ def tee_fragment(path: Path | None) -> Iterator[None]:
         yield
     finally:
         sys.stdout = real
-    write_fragment(path, tee.seen.getvalue())
+    body = tee.seen.getvalue()
+    if not body.strip():  # e.g. --history-only: no tables, and a page of tables is not replaced by none
+        print(f"(nothing was printed: {path} left as it was)", file=sys.stderr)
+        return
+    write_fragment(path, body)
     print(f"(fragment written to {path})", file=sys.stderr)

@@ -39,6 +39,16 @@ def test_a_failed_run_leaves_the_fragment_as_it_was(tmp_path: Path) -> None:
     assert sys.stdout is not None and not hasattr(sys.stdout, "seen")
 
 
+def test_a_run_that_printed_nothing_leaves_the_fragment_as_it_was(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "frag.md"
+    path.write_text("the last good run\n")
+    with fragment.tee_fragment(path):
+        print("\n")
+    assert path.read_text() == "the last good run\n"
+    assert f"nothing was printed: {path} left as it was" in capsys.readouterr().err
+
+
 def test_no_path_writes_nothing(tmp_path: Path) -> None:
     with fragment.tee_fragment(None):
         print("x")
