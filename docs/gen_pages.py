@@ -131,6 +131,19 @@ def _type_name(annotation: Any) -> str:
     return re.sub(r"\b(typing|collections\.abc|orchestrion\.[\w.]+)\.", "", text).replace("NoneType", "None")
 
 
+def _type_cell(annotation: Any) -> str:
+    """The type as code, one span per alternative of a top-level union: a pipe inside a code span
+    shows its escaping backslash in the built table, one between spans does not."""
+    text, parts, depth, start = _type_name(annotation), [], 0, 0
+    for i, ch in enumerate(text):
+        depth += (ch in "[(") - (ch in "])")
+        if ch == "|" and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    parts.append(text[start:].strip())
+    return " \\| ".join(f"`{part}`" for part in parts)
+
+
 def _bounds(field: Any) -> str:
     parts = []
     for item in field.metadata:
@@ -164,7 +177,7 @@ def options_table(name: str, *, shared: bool = False) -> str:
     for field_name, field in model.model_fields.items():
         if not shared and field_name in common and _same(field, StrategyOptions.model_fields[field_name]):
             continue
-        rows.append(f"| `{field_name}` | `{_cell(_type_name(field.annotation))}` | {_cell(_default(field))} | "
+        rows.append(f"| `{field_name}` | {_type_cell(field.annotation)} | {_cell(_default(field))} | "
                     f"{_cell(_bounds(field))} | {_cell(field.description or '')} |")
     if len(rows) == 2:
         return "This strategy has no options of its own; it takes the [shared options](index.md#shared-options).\n"
