@@ -167,6 +167,7 @@ def test_a_generating_model_takes_its_new_share_between_tokens(monkeypatch: pyte
     assert calls[-1] == ("ctx", 3, 3)
 
 
+@pytest.mark.integration
 def test_overlapping_loads_leave_stdout_and_stderr_where_they_were() -> None:
     # a quiet llama.cpp load points fds 1 and 2 at /dev/null and restores what it saw on entry: loads
     # that overlapped left a whole bench run printing nothing (no tables, no errors)
