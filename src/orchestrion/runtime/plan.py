@@ -20,6 +20,8 @@ from ..tools.envelope import ToolResult, ToolStatus
 from .context import RunContext
 from .scheduler import Node, NodeResult, run_dag, topological_order
 
+TASK_MAX = 500  # characters of one subtask's text
+
 
 class Subtask(BaseModel):
     """One plan node as an orchestrator writes it."""
@@ -27,7 +29,7 @@ class Subtask(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     id: str = Field(min_length=1, max_length=24)
-    task: str = Field(min_length=1, max_length=500)
+    task: str = Field(min_length=1, max_length=TASK_MAX)
     tool: str = Field(default="reasoner", max_length=40)
     model: str | None = Field(default=None, max_length=80)
     deps: list[str] = Field(default_factory=list, max_length=8)

@@ -33,7 +33,7 @@ from .._prompts import render
 from ..models.pool import Pool
 from ..models.types import msg
 from ..runtime.context import RunContext
-from ..runtime.plan import Subtask, execute_plan, results_text
+from ..runtime.plan import TASK_MAX, Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow
 from ..runtime.scheduler import topological_order
 from ..runtime.synthesis import synthesize
@@ -45,9 +45,10 @@ from .uno import DecisionOptions, decide_with_options, tool_available
 LEVELS: tuple[str, ...] = ("low", "medium", "high")
 PRIMITIVES: tuple[str, ...] = ("reasoner", "reviewer", "coder", "ensemble", "searcher")
 MAX_ROLES = 6
-# a role compiles to the subtask "You are the <name>. <duty>", and a subtask's text holds at most 500
-# characters: room for a copied question with its options, never a duty the plan would reject
-DUTY_MAX = 500 - len("You are the . ") - 24
+NAME_MAX = 24
+ROLE_TASK = "You are the {name}. {duty}"  # what a role compiles to, as a subtask's text
+# room for a copied question with its options, never a duty whose subtask the plan would reject
+DUTY_MAX = TASK_MAX - NAME_MAX - len(ROLE_TASK.format(name="", duty=""))
 
 
 class Role(BaseModel):
@@ -55,11 +56,12 @@ class Role(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    name: str = Field(min_length=1, max_length=24)
+    name: str = Field(min_length=1, max_length=NAME_MAX)
     duty: str = Field(min_length=1, max_length=DUTY_MAX)
     capacity: str = Field(max_length=12, description="low, medium or high")
     primitive: str = Field(default="reasoner", max_length=12, description="the agent tool that plays the role")
-    depends_on: list[Annotated[str, Field(min_length=1, max_length=24)]] = Field(default_factory=list, max_length=4)
+    depends_on: list[Annotated[str, Field(min_length=1, max_length=NAME_MAX)]] = Field(default_factory=list,
+                                                                                         max_length=4)
 
 
 class OrchestrationSpec(BaseModel):
@@ -143,7 +145,7 @@ def compile_spec(spec: OrchestrationSpec, pool: Pool, levels: Sequence[str] = LE
         raise PlanError(f"invalid orchestration spec: {problem}")
     tiers = {name: pool.spec(name).tier for name in pool.names}
     return [
-        Subtask(id=r.name, task=f"You are the {r.name}. {r.duty}", tool=r.primitive,
+        Subtask(id=r.name, task=ROLE_TASK.format(name=r.name, duty=r.duty), tool=r.primitive,
                 model=map_capacity(r.capacity, tiers, levels), deps=list(r.depends_on))
         for r in spec.roles
     ]
