@@ -18,9 +18,11 @@ from orchestrion import (
     solve,
 )
 from orchestrion.models.cost import Price
+from orchestrion.runtime.plan import TASK_MAX
 from orchestrion.strategies.uno import (
     DirectPrimitive,
     Pair,
+    UnoStep,
     admissible_pairs,
     choose_pair,
     inadmissible_reason,
@@ -250,3 +252,24 @@ def test_a_decomposition_into_one_subtask_is_the_direct_mode() -> None:
                                        "subtasks": [{"id": "x", "task": "all of it", "model": "b", "primitive": "code",
                                                      "deps": []}]})
     assert (action.mode, action.model, action.primitive, action.subtasks) == ("direct", "b", "code", [])
+
+
+async def test_a_step_holds_a_whole_copied_question_up_to_the_plans_subtask_limit(store: TraceStore) -> None:
+    # one question of several, copied with its table, is longer than a sentence: it reaches its
+    # agent whole (a step was once cut at 200 characters, mid-table, by the decision's grammar)
+    table = "\n".join(f"name{i}, {i}, {50 + i}, {10 + i}" for i in range(20))
+    question = ("Here is a table of penguins:\nname, age, height (cm), weight (kg)\n"
+                f"{table}\nHow many penguins are there?")
+    assert 400 < len(question) <= TASK_MAX
+    steps = [{"id": "q1", "task": question, "model": "orch", "primitive": "direct", "deps": []},
+             {"id": "q2", "task": "What is 2+2?", "model": "orch", "primitive": "direct", "deps": []}]
+    plan = json.dumps({"thought": "two questions", "mode": "decompose", "model": "orch", "primitive": "direct",
+                       "subtasks": steps})
+    orch = ScriptedModel(script([plan], worker=lambda p: "12" if "penguins" in p else "4"), name="orch")
+    res = await solve(TASK, strategy="uno", pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()),
+                      store=store)
+    assert res.meta["mode"] == "decompose" and res.meta["fallback"] is False
+    assert any(question in call[-1]["content"] for call in orch.calls[1:])
+    too_long = {**steps[0], "task": "x" * (TASK_MAX + 1)}
+    with pytest.raises(ValueError, match="at most 500 characters"):
+        UnoStep.model_validate(too_long)
