@@ -18,7 +18,8 @@ from orchestrion import (
     solve,
 )
 from orchestrion.models.cost import Price
-from orchestrion.runtime.plan import TASK_MAX
+from orchestrion.runtime.context import ORCHESTRATOR_CONFIG
+from orchestrion.runtime.plan import PLAN_TOKENS, TASK_MAX
 from orchestrion.strategies.uno import (
     DirectPrimitive,
     Pair,
@@ -273,3 +274,28 @@ async def test_a_step_holds_a_whole_copied_question_up_to_the_plans_subtask_limi
     too_long = {**steps[0], "task": "x" * (TASK_MAX + 1)}
     with pytest.raises(ValueError, match="at most 500 characters"):
         UnoStep.model_validate(too_long)
+
+
+@pytest.mark.parametrize("strategy", ["uno", "spec"])
+@pytest.mark.parametrize(("options", "expected"), [({}, PLAN_TOKENS), ({"decision_tokens": 200}, 200)])
+async def test_the_one_big_decision_gets_a_planning_calls_token_limit(
+        store: TraceStore, strategy: str, options: dict[str, Any], expected: int) -> None:
+    # uno's steps and spec's duties may each copy a question of up to TASK_MAX characters: at a single
+    # decision's limit (ORCHESTRATOR_CONFIG, 384 tokens) three such steps ran out mid-string
+    limits: list[int] = []
+
+    def reply(messages: Sequence[Message], config: GenerateConfig) -> str:
+        if config.json_schema is None:
+            return "15"
+        limits.append(config.max_tokens)
+        if strategy == "uno":
+            return direct("orch", "direct")
+        return json.dumps({"roles": [{"name": "solver", "duty": "answer", "capacity": "low",
+                                      "primitive": "reasoner", "depends_on": []}]})
+
+    orch = ScriptedModel(reply, name="orch")
+    res = await solve(TASK, strategy=strategy, pool=Pool.from_models([orch]), tools=ToolRegistry(agent_tools()),
+                      store=store, options=options)
+    assert res.status == "ok", res.meta
+    assert limits == [expected]
+    assert PLAN_TOKENS > ORCHESTRATOR_CONFIG.max_tokens

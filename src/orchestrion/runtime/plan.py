@@ -21,6 +21,8 @@ from .context import RunContext
 from .scheduler import Node, NodeResult, run_dag, topological_order
 
 TASK_MAX = 500  # characters of one subtask's text
+# output tokens of one call that writes a plan: several subtasks that each copy a long question fit
+PLAN_TOKENS = 512
 
 
 class Subtask(BaseModel):

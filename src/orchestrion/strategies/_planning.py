@@ -21,7 +21,7 @@ from .._prompts import render
 from ..models.types import Message, msg
 from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
 from ..runtime.options import StrategyOptions
-from ..runtime.plan import Plan, Subtask, validate_plan
+from ..runtime.plan import PLAN_TOKENS, Plan, Subtask, validate_plan
 from ..runtime.protocol import narrow
 
 MAX_SUBTASKS = 8  # Plan's own limit
@@ -34,7 +34,7 @@ class PlanOptions(StrategyOptions):
                               description=f"most subtasks per plan (1 to {MAX_SUBTASKS})")
     plan_repairs: int = Field(default=2, ge=0,
                               description="re-prompts after a plan with a graph error, before the fallback plan")
-    plan_max_tokens: int = Field(default=512, ge=1, description="output-token limit of each planning call")
+    plan_max_tokens: int = Field(default=PLAN_TOKENS, ge=1, description="output-token limit of each planning call")
     node_timeout_s: float | None = Field(default=None, gt=0,
                                          description="time limit per plan node in seconds (default: none)")
 
@@ -96,7 +96,7 @@ async def ask_plan(
     name: str = "plan",
     max_subtasks: int = MAX_SUBTASKS,
     repairs: int = 2,
-    max_tokens: int = 512,
+    max_tokens: int = PLAN_TOKENS,
 ) -> PlanOutcome:
     """Ask for a plan; on a graph error, show the error and ask again (at most ``repairs`` times).
 

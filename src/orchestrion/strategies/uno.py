@@ -37,7 +37,7 @@ from ..models.pool import Pool
 from ..models.types import Message, msg
 from ..runtime.context import ORCHESTRATOR_CONFIG, Decision, RunContext
 from ..runtime.options import StrategyOptions
-from ..runtime.plan import TASK_MAX, Subtask, execute_plan, results_text
+from ..runtime.plan import PLAN_TOKENS, TASK_MAX, Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow
 from ..runtime.scheduler import topological_order
 from ..runtime.synthesis import synthesize
@@ -285,17 +285,16 @@ class DecisionOptions(StrategyOptions):
 
     max_repairs: int = Field(default=2, ge=0,
                              description="re-prompts with the validation error after an invalid decision")
-    decision_tokens: int | None = Field(
-        default=None, ge=1,
-        description=f"output-token limit of the decision (default: {ORCHESTRATOR_CONFIG.max_tokens})")
+    # the decision writes a whole plan (steps or roles, each possibly a copied question): it gets a
+    # planning call's limit, not a single decision's
+    decision_tokens: int = Field(default=PLAN_TOKENS, ge=1, description="output-token limit of the decision")
 
 
 async def decide_with_options(ctx: RunContext, opts: DecisionOptions, schema: type[T], messages: list[Message],
                               json_schema: dict[str, Any], name: str) -> Decision[T]:
     """``ctx.decide`` under the options ``max_repairs`` (2) and ``decision_tokens`` (the
     temperature is the decision role's, option ``decision_temperature``)."""
-    base = ORCHESTRATOR_CONFIG
-    config = replace(base, max_tokens=base.max_tokens if opts.decision_tokens is None else opts.decision_tokens)
+    config = replace(ORCHESTRATOR_CONFIG, max_tokens=opts.decision_tokens)
     return await ctx.decide(schema, messages, json_schema=json_schema, config=config,
                             max_repairs=opts.max_repairs, name=name)
 
