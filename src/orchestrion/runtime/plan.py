@@ -20,6 +20,7 @@ from ..tools.envelope import ToolResult, ToolStatus
 from .context import RunContext
 from .scheduler import Node, NodeResult, run_dag, topological_order
 
+ID_MAX = 24  # characters of one subtask's id
 TASK_MAX = 500  # characters of one subtask's text
 # output tokens of one call that writes a plan: several subtasks that each copy a long question fit
 PLAN_TOKENS = 512
@@ -30,7 +31,7 @@ class Subtask(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    id: str = Field(min_length=1, max_length=24)
+    id: str = Field(min_length=1, max_length=ID_MAX)
     task: str = Field(min_length=1, max_length=TASK_MAX)
     tool: str = Field(default="reasoner", max_length=40)
     model: str | None = Field(default=None, max_length=80)

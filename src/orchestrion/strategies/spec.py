@@ -33,7 +33,7 @@ from .._prompts import render
 from ..models.pool import Pool
 from ..models.types import msg
 from ..runtime.context import RunContext
-from ..runtime.plan import TASK_MAX, Subtask, execute_plan, results_text
+from ..runtime.plan import ID_MAX, TASK_MAX, Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow
 from ..runtime.scheduler import topological_order
 from ..runtime.synthesis import synthesize
@@ -45,7 +45,7 @@ from .uno import DecisionOptions, decide_with_options, tool_available
 LEVELS: tuple[str, ...] = ("low", "medium", "high")
 PRIMITIVES: tuple[str, ...] = ("reasoner", "reviewer", "coder", "ensemble", "searcher")
 MAX_ROLES = 6
-NAME_MAX = 24
+NAME_MAX = ID_MAX  # a role's name becomes its subtask's id
 ROLE_TASK = "You are the {name}. {duty}"  # what a role compiles to, as a subtask's text
 # room for a copied question with its options, never a duty whose subtask the plan would reject
 DUTY_MAX = TASK_MAX - NAME_MAX - len(ROLE_TASK.format(name="", duty=""))

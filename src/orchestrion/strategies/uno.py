@@ -37,7 +37,7 @@ from ..models.pool import Pool
 from ..models.types import Message, msg
 from ..runtime.context import ORCHESTRATOR_CONFIG, Decision, RunContext
 from ..runtime.options import StrategyOptions
-from ..runtime.plan import PLAN_TOKENS, TASK_MAX, Subtask, execute_plan, results_text
+from ..runtime.plan import ID_MAX, PLAN_TOKENS, TASK_MAX, Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow
 from ..runtime.scheduler import topological_order
 from ..runtime.synthesis import synthesize
@@ -176,13 +176,13 @@ class UnoStep(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    id: str = Field(min_length=1, max_length=24)
+    id: str = Field(min_length=1, max_length=ID_MAX)
     # what the plan's own subtask holds: a step that copies one question of several, with its
     # options or its table, is not cut off by the grammar
     task: str = Field(min_length=1, max_length=TASK_MAX)
     model: str = Field(max_length=80)
     primitive: str = Field(max_length=12)
-    deps: list[Annotated[str, Field(min_length=1, max_length=24)]] = Field(default_factory=list, max_length=4)
+    deps: list[Annotated[str, Field(min_length=1, max_length=ID_MAX)]] = Field(default_factory=list, max_length=4)
 
 
 class UnoAction(BaseModel):
