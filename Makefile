@@ -39,10 +39,13 @@ $(VENV)/.stamp-dev: $(VENV)/.stamp-embedded pyproject.toml $(CONSTRAINTS)
 	$(PIPC) '$(LLAMA_CPP)' -e '.[embedded,server-local,serve,eval,train,ray,inspect,otel,dev]'
 	@touch $@
 
-# BIG-bench's task files: fetched once into the user cache (about 360 MB download).
+# BIG-bench's task files: fetched once into the user cache (about 360 MB download). When they
+# cannot be fetched (PyPI stopped listing bigbench-1.0.0.tar.gz on 2026-12-07, and a machine may be
+# offline), the tests run without them: the few that read them skip and say why (pytest -rs), and
+# the next `make test` tries again (the stamp is written only after a fetch that worked).
 $(VENV)/.stamp-data: $(VENV)/.stamp-dev
-	$(VENV)/bin/orchestrion datasets fetch bigbench
-	@touch $@
+	@if $(VENV)/bin/orchestrion datasets fetch bigbench; then touch $@; else \
+	  echo "note: BIG-bench's task files are not available (above); the tests that read them skip"; fi
 
 # The local pool: three pinned GGUF models (about 1.7 GB) pulled once into the user cache;
 # `models pull` checks what is there and fetches only what is missing.

@@ -21,6 +21,7 @@ from orchestrion.eval.scorers import (
     scoring_mode,
 )
 from orchestrion.strategies.base import Task
+from tests.helpers import needs_bigbench
 
 
 def mc_task(scores: dict[str, float], choices: list[str] | None = None) -> Task:
@@ -345,6 +346,7 @@ def test_real_smollm2_outputs(case: str, task: Task, output: str, extracted: str
 
 
 @pytest.mark.integration
+@needs_bigbench
 async def test_real_model_outputs_are_scored(store: Any) -> None:
     """SmolLM2 answers three BIG-bench tasks; whatever it says, the scorer reads from its words."""
     from orchestrion import Pool, solve

@@ -9,10 +9,12 @@ import pytest
 
 from orchestrion import Pool, TraceStore, solve
 from orchestrion.eval.datasets import load_dataset
+from tests.helpers import needs_bigbench
 
 pytestmark = pytest.mark.integration
 
 
+@needs_bigbench
 async def test_para_without_results_answers_as_direct_on_ten_multiple_choice_tasks(store: TraceStore) -> None:
     tasks = load_dataset("bigbench:date_understanding", limit=10, seed=11).tasks
     assert len(tasks) == 10 and all(t.metadata["scoring"] == "multiple_choice" for t in tasks)
