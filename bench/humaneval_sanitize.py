@@ -1,0 +1,129 @@
+"""Is part of a HumanEval gap the grading? The answers ``bench/humaneval.py`` kept, graded twice.
+
+``bench/humaneval.py`` runs a model's whole code block with HumanEval's tests after it. A small
+model often appends its own checks to the function (``assert f(...) == ...`` with an expected
+value it got wrong, a ``print``, a loop over examples), and those run first: one wrong
+self-check fails the problem even when the function is right, and an answer cut at the token
+limit inside such a tail does not parse at all. The EvalPlus harness, behind the Qwen2.5-Coder
+report's figures, sanitizes an answer before testing it, keeping the code that defines things.
+
+This script asks no model. From the trace store of ``bench/humaneval.py`` it takes each kept
+answer of ``direct`` (as written, 164 problems) on each model and grades it again in the sandbox
+with the same tests after keeping only the top-level imports, definitions (functions, classes)
+and assignments of its program; where the program does not parse (an answer cut at the token
+limit), its last lines are dropped until it does. It prints pass@1 both ways, the paired
+difference, the problems that changed, and the gap to the report with either grading.
+
+    .venv/bin/python bench/humaneval_sanitize.py --fragment docs/results/humaneval-sanitize.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import asyncio
+import json
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+from _fragment import tee_fragment
+from decision_counts import _mean, _se
+from humaneval import MODELS, REPORTED, TOLERANCE
+
+from orchestrion.eval.datasets import load_dataset
+from orchestrion.eval.scorers import build_program
+from orchestrion.runtime.types import Task
+from orchestrion.tools.python_exec import run_sandboxed
+
+KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
+        ast.AnnAssign)
+
+
+def _parsable(program: str) -> ast.Module | None:
+    """The module, dropping trailing lines until what is left parses (None: nothing does)."""
+    lines = program.splitlines()
+    while lines:
+        try:
+            return ast.parse("\n".join(lines))
+        except SyntaxError:
+            lines.pop()
+    return None
+
+
+def sanitize(program: str) -> str:
+    """Only the top-level imports, definitions and assignments of ``program``, in their order."""
+    module = _parsable(program)
+    if module is None:
+        return program
+    return "\n\n".join(ast.unparse(node) for node in module.body if isinstance(node, KEEP)) + "\n"
+
+
+async def grade(program: str, task: Task, timeout_s: float = 15.0) -> bool:
+    """HumanEval's tests on ``program``, as ``CodeExecution`` runs them."""
+    entry, test = str(task.metadata.get("entry_point", "")), str(task.metadata.get("test", ""))
+    res = await run_sandboxed(f"{program}\n\n{test}\n\ncheck({entry})\n", timeout_s=timeout_s, memory_mb=1024)
+    return not res.timed_out and res.exit_code == 0
+
+
+def _answers(store_path: Path, run_id: str) -> dict[str, tuple[str, bool]]:
+    with sqlite3.connect(store_path) as conn:
+        rows = conn.execute(
+            "SELECT task_id, answer, meta FROM episodes WHERE run_id = ? AND finished = 1 AND epoch = 0",
+            (run_id,)).fetchall()
+    return {str(r[0]): (str(r[1] or ""), bool(json.loads(r[2] or "{}").get("correct"))) for r in rows}
+
+
+async def report(model: str, answers: dict[str, tuple[str, bool]], tasks: dict[str, Task]) -> list[str]:
+    graded, cleaned, changed = [], [], []
+    for task_id in sorted(answers, key=lambda t: int(t.rsplit("/", 1)[-1])):
+        answer, as_graded = answers[task_id]
+        after = await grade(sanitize(build_program(answer, tasks[task_id])), tasks[task_id])
+        graded.append(float(as_graded))
+        cleaned.append(float(after))
+        if after != as_graded:
+            changed.append(f"{task_id} ({'fail → pass' if after else 'pass → fail'})")
+    diff = [b - a for a, b in zip(graded, cleaned, strict=True)]
+    d, se = _mean(diff), _se(diff)
+    reported = REPORTED[model]
+    lines = [f"**{model}: `direct` (as written), {len(graded)} problems, graded as run and sanitized**", "",
+             "| grading | pass@1 ± se (%) | n | report | gap (points) | verdict |", "|---|---|---|---|---|---|"]
+    for name, values in (("as run (the whole code block, then the tests)", graded),
+                         ("sanitized (imports, definitions and assignments only)", cleaned)):
+        m = 100 * _mean(values)
+        gap = m - reported
+        verdict = "within 6 points" if abs(gap) <= TOLERANCE + 1e-9 else "gap over 6 points"
+        lines.append(f"| {name} | {m:.1f} ± {100 * _se(values):.1f} | {len(values)} | {reported} | {gap:+.1f} | "
+                     f"{verdict} |")
+    lines += ["", f"paired (sanitized − as run): {100 * d:+.1f} ± {100 * se:.1f} points; "
+              f"{len(changed)} problems changed: {', '.join(changed) or 'none'}", ""]
+    return lines
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("bench/out/humaneval"),
+                    help="bench/humaneval.py's --out (its traces.db and state.json)")
+    ap.add_argument("--max-tokens", type=int, default=768, help="the run's --max-tokens (default 768)")
+    ap.add_argument("--fragment", type=Path, default=None, metavar="PATH",
+                    help="also write the tables to PATH (markdown), headed by command, commit, date and machine")
+    args = ap.parse_args()
+    state_path = args.out / "state.json"
+    if not state_path.is_file():
+        ap.error(f"--out: {state_path} not found; run bench/humaneval.py --limit 164 first")
+    state: dict[str, Any] = json.loads(state_path.read_text())
+    tasks = {str(t.id): t for t in load_dataset("humaneval").tasks}
+    with tee_fragment(args.fragment):
+        print("**HumanEval pass@1: the kept answers graded as run and sanitized, against the "
+              "Qwen2.5-Coder report**\n")
+        for model in MODELS:
+            key = f"all/humaneval/direct[as-written][max_tokens={args.max_tokens}]@{model}/164"
+            if key not in state:
+                print(f"{model}: no run of all 164 problems in {state_path} (key {key})\n")
+                continue
+            print("\n".join(await report(model, _answers(args.out / "traces.db", state[key]), tasks)))
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))
