@@ -37,6 +37,9 @@ class PlanOptions(StrategyOptions):
     plan_max_tokens: int = Field(default=PLAN_TOKENS, ge=1, description="output-token limit of each planning call")
     node_timeout_s: float | None = Field(default=None, gt=0,
                                          description="time limit per plan node in seconds (default: none)")
+    code_examples: bool = Field(default=True, description=(
+        "on a code task whose docstring shows examples, write the function and test it on them instead of "
+        "planning subtasks"))
 
 
 @dataclass

@@ -32,10 +32,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from .._prompts import render
 from .._text import normalize
 from ..models.types import Message, msg
+from ..runtime.code_work import code_plan
 from ..runtime.context import RunContext
 from ..runtime.plan import Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow
 from ..runtime.synthesis import synthesize
+from ._code import milestone_repairs
 from ._planning import PlanOptions, ask_plan, fallback_plan
 from .base import Answer, Strategy, Task, register
 
@@ -105,6 +107,8 @@ class Milestone(Strategy):
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
+        if opts.code_examples and (code := code_plan(task.prompt)) is not None:
+            return await milestone_repairs(ctx, task, code, model=ctx.pool.executor, max_milestones=opts.max_milestones)
         max_milestones = opts.max_milestones
         max_subtasks = opts.max_subtasks
         system = msg("system", render("milestone_system", tools=_tool_lines(ctx), models=_model_lines(ctx),

@@ -45,6 +45,7 @@ from .._errors import PlanError
 from .._prompts import render
 from .._text import last_line, normalize
 from ..models.types import msg
+from ..runtime.code_work import code_plan
 from ..runtime.context import RunContext
 from ..runtime.parts import is_multipart
 from ..runtime.plan import Subtask, execute_plan, results_text
@@ -52,6 +53,7 @@ from ..runtime.scheduler import NodeResult
 from ..runtime.synthesis import synthesize
 from ..status import NodeStatus
 from ..tools.envelope import ToolResult
+from ._code import topology_candidates
 from ._planning import PlanOptions, ask_plan, fallback_plan
 from .base import Answer, Strategy, Task, register
 
@@ -213,9 +215,16 @@ class TopologyStrategy(Strategy):
             default=0.5, ge=0, le=1,
             description="agreement of the parallel outputs at or above which one synthesis call answers (0 to 1)")
         max_reconcile: int = Field(default=2, ge=0, description="most reconcile calls when the outputs disagree")
+        code_candidates: int = Field(default=2, ge=1, le=8, description=(
+            "code tasks with examples: the models (the executor first) that write a candidate in the parallel round"))
+        code_rounds: int = Field(default=2, ge=1, le=6, description=(
+            "code tasks with examples: most rounds of candidates, each after the best so far failed an example"))
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
+        if opts.code_examples and (code := code_plan(task.prompt)) is not None:
+            return await topology_candidates(ctx, task, code, first=ctx.pool.executor, width=opts.code_candidates,
+                                             rounds=opts.code_rounds)
         max_subtasks = opts.max_subtasks
         forced = opts.topology  # a fixed topology: the static baselines AdaptOrch compares with
         prompt = render(
