@@ -20,7 +20,6 @@ difference, the problems that changed, and the gap to the report with either gra
 from __future__ import annotations
 
 import argparse
-import ast
 import asyncio
 import json
 import sys
@@ -34,29 +33,8 @@ from humaneval import COUNTED, MODELS, REPORTED, _key, verdict
 from orchestrion import TraceStore
 from orchestrion.eval.datasets import load_dataset
 from orchestrion.eval.scorers import CodeExecution, build_program
+from orchestrion.runtime.code_examples import sanitize
 from orchestrion.runtime.types import Task
-
-KEEP = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Assign,
-        ast.AnnAssign)
-
-
-def _parsable(program: str) -> ast.Module | None:
-    """The module, dropping trailing lines until what is left parses (None: nothing does)."""
-    lines = program.splitlines()
-    while lines:
-        try:
-            return ast.parse("\n".join(lines))
-        except SyntaxError:
-            lines.pop()
-    return None
-
-
-def sanitize(program: str) -> str:
-    """Only the top-level imports, definitions and assignments of ``program``, in their order."""
-    module = _parsable(program)
-    if module is None:
-        return program
-    return "\n\n".join(ast.unparse(node) for node in module.body if isinstance(node, KEEP)) + "\n"
 
 
 async def grade(program: str, task: Task) -> bool:

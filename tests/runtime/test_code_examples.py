@@ -108,3 +108,5 @@ async def test_a_program_that_does_not_run_or_hangs_says_so() -> None:
     crash = await check_program("def f(x):\n    return 1 / 0\n", [*examples, CodeExample("f(2)", "2")], _run)
     assert crash.passed == 0 and crash.error == "" and "ZeroDivisionError" in crash.failures[0]
     assert (await check_program("def f(x):\n    return x\n", [], _run)).total == 0  # nothing to check
+    chatty = await check_program("def f(x):\n    print('working', end='')\n    return x\n", examples, _run)
+    assert chatty.all_passed  # its own output, left without a newline, does not hide the result

@@ -218,7 +218,8 @@ async def check_program(program: str, examples: list[CodeExample], run: Runner) 
         return ExampleCheck()
     source, mark = checker(program, examples)
     finished, stdout, error = await run(source)
-    results = [json.loads(line[len(mark):]) for line in stdout.splitlines() if line.startswith(mark)]
+    # anywhere in a line: the function may have printed without a newline before the mark
+    results = [json.loads(line[line.index(mark) + len(mark):]) for line in stdout.splitlines() if mark in line]
     check = ExampleCheck(total=len(examples))
     if len(results) < len(examples):
         check.error = (error or "it stopped before every example had run").strip()[-400:]
