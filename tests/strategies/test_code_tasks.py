@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, TraceStore, solve
+from orchestrion import Budget, GenerateConfig, Message, Pool, ScriptedModel, TraceStore, solve
 
 TASK = '''Write the function below. Reply with it in one ```python code block.
 
@@ -85,3 +85,14 @@ async def test_off_the_option_a_code_task_is_planned_as_any_other(store: TraceSt
     await solve(TASK, strategy="milestone", pool=Pool.from_models([model]), store=store,
                 options={"code_examples": False, "max_milestones": 1})
     assert seen and seen[0] is True  # the first call asked for a milestone decision
+
+
+async def test_a_budget_spent_mid_way_answers_with_the_best_version_so_far(store: TraceStore) -> None:
+    # two steps: the first candidate's call and its check; the repair's call is refused
+    for strategy in ("topology", "milestone"):
+        big = coder("big", [WRONG, RIGHT])
+        res = await solve(TASK, strategy=strategy, pool=Pool.from_models([big], executor="big"), store=store,
+                          budget=Budget(steps=2))
+        assert res.status == "budget_exceeded", strategy
+        assert "return x + 2" in res.answer and res.meta["examples_passed"] == 1 and "steps" in res.meta["stopped"]
+        assert len(big.calls) == 1

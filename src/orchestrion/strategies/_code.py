@@ -17,8 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._errors import BudgetExceededError
 from ..runtime.code_work import Candidate, CodePlan, best, candidate_models, code_answer, write
 from ..runtime.context import RunContext
+from ..status import EpisodeStatus
 from .base import Answer, Task
 
 
@@ -30,23 +32,27 @@ async def topology_candidates(ctx: RunContext, task: Task, plan: CodePlan, *, fi
     ctx.budget.new_round()
     with ctx.tracer.span("round", "candidates 1"):
         made = [await write(ctx, task.prompt, plan, model=first, label=f"candidate 1 ({first})")]
-    for index in range(2, rounds + 1):
-        if best(made).check.all_passed:
-            break
-        ctx.budget.new_round()
-        lead = best(made)
-        work = [write(ctx, task.prompt, plan, model=lead.model, label=f"repair {index} ({lead.model})",
-                      repair_of=lead)]
-        if index == 2:  # the other models' own first tries, beside the repair
-            work += [write(ctx, task.prompt, plan, model=m, label=f"candidate {index} ({m})") for m in models[1:]]
-        with ctx.tracer.span("round", f"candidates {index}", topology="parallel", branches=len(work)):
-            made += await ctx.parallel(work)
+    status, stopped = EpisodeStatus.OK, ""
+    try:
+        for index in range(2, rounds + 1):
+            if best(made).check.all_passed:
+                break
+            ctx.budget.new_round()
+            lead = best(made)
+            work = [write(ctx, task.prompt, plan, model=lead.model, label=f"repair {index} ({lead.model})",
+                          repair_of=lead)]
+            if index == 2:  # the other models' own first tries, beside the repair
+                work += [write(ctx, task.prompt, plan, model=m, label=f"candidate {index} ({m})") for m in models[1:]]
+            with ctx.tracer.span("round", f"candidates {index}", topology="parallel", branches=len(work)):
+                made += await ctx.parallel(work)
+    except BudgetExceededError as exc:  # the best candidate so far still answers
+        status, stopped = EpisodeStatus.BUDGET_EXCEEDED, str(exc)
     chosen = best(made)
-    meta = _meta(made, chosen)
+    meta = _meta(made, chosen, stopped)
     meta.update(topology="parallel" if len(made) > 1 else "single", routed="code examples")
     ctx.tracer.event("topology", {"topology": meta["topology"], "routed": "code examples",
                                   "candidates": meta["candidates"]})
-    return Answer(code_answer(chosen), meta=meta)
+    return Answer(code_answer(chosen), status=status, meta=meta)
 
 
 async def milestone_repairs(ctx: RunContext, task: Task, plan: CodePlan, *, model: str,
@@ -54,30 +60,38 @@ async def milestone_repairs(ctx: RunContext, task: Task, plan: CodePlan, *, mode
     """Implement, then test and repair, one milestone each, until every example passes."""
     made: list[Candidate] = []
     records: list[dict[str, Any]] = []
+    status, stopped = EpisodeStatus.OK, ""
     for index in range(1, max_milestones + 1):
-        ctx.budget.new_round()
         objective = "implement the function" if not made else "make the failing examples pass"
-        with ctx.tracer.span("milestone", f"milestone {index}", milestone=objective):
-            lead = best(made) if made else None
-            made.append(await write(ctx, task.prompt, plan, model=model, label=f"milestone {index}",
-                                    repair_of=lead))
-        done = made[-1].check.all_passed
+        try:
+            ctx.budget.new_round()
+            with ctx.tracer.span("milestone", f"milestone {index}", milestone=objective):
+                made.append(await write(ctx, task.prompt, plan, model=model, label=f"milestone {index}",
+                                        repair_of=best(made) if made else None))
+        except BudgetExceededError as exc:
+            if not made:  # nothing written yet: nothing to answer with
+                raise
+            status, stopped = EpisodeStatus.BUDGET_EXCEEDED, str(exc)  # the best version so far answers
+            break
         record = {"index": index, "milestone": objective, "planned": [f"m{index}"],
                   "executed_ok": [f"m{index}"] if not made[-1].check.error else [],
                   "completeness": 1.0 if not made[-1].check.error else 0.0, "examples": made[-1].record()}
         records.append(record)
         ctx.tracer.event("milestone", record)
-        if done:
+        if made[-1].check.all_passed:
             break
     chosen = best(made)
-    meta = _meta(made, chosen)
+    meta = _meta(made, chosen, stopped)
     ok = sum(len(r["executed_ok"]) for r in records)
     meta.update(milestones=records, done=chosen.check.all_passed,
-                stop="examples pass" if chosen.check.all_passed else "max_milestones",
+                stop="examples pass" if chosen.check.all_passed else "budget" if stopped else "max_milestones",
                 subtasks=len(records), subtasks_ok=ok, completeness=ok / len(records))
-    return Answer(code_answer(chosen), meta=meta)
+    return Answer(code_answer(chosen), status=status, meta=meta)
 
 
-def _meta(made: list[Candidate], chosen: Candidate) -> dict[str, Any]:
-    return {"code_examples": chosen.check.total, "examples_passed": chosen.check.passed,
-            "chosen": chosen.label, "candidates": [c.record() for c in made], "invalid_decisions": 0}
+def _meta(made: list[Candidate], chosen: Candidate, stopped: str) -> dict[str, Any]:
+    meta: dict[str, Any] = {"code_examples": chosen.check.total, "examples_passed": chosen.check.passed,
+                            "chosen": chosen.label, "candidates": [c.record() for c in made], "invalid_decisions": 0}
+    if stopped:
+        meta["stopped"] = stopped
+    return meta
