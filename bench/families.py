@@ -48,6 +48,12 @@ TUNING_EXTRA = {
     "modified_arithmetic/three_digit_addition_control": "quoted in the coder's failure report (few-shot sums)",
     "navigate": "quoted in the coder's failure report (True/False step-following)",
 }
+# code datasets (not BIG-bench) that prompts or guards were written against, with why: a claim made on
+# them is a tuning-family claim (HumanEval is the only code dataset the offline rule lets in)
+CODE_TUNING = {
+    "humaneval": "all 164 docstrings and the 1.5B's and 0.5B's stored direct answers were read to write the "
+                 "code-task path's example reader (src/orchestrion/runtime/code_examples.py) on 2026-12-07",
+}
 # held-out families whose traces were read after their held-out run (to find out why an arm failed):
 # tuning families from then on, with why; the draw above is unchanged, and the next family of the
 # same group in its seeded order takes each one's place in HELD_OUT
