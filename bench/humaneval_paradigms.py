@@ -26,12 +26,12 @@ import sys
 from pathlib import Path
 
 from _fragment import tee_fragment
-from humaneval import Progress, dataset_spec
+from humaneval import COUNTED, Progress, dataset_spec
 from humaneval import _key as direct_key
 from local_pool import PoolFactory, _load_state, _run, _smaller_run, run_main
 from pool_report import scores, verdict
 
-from orchestrion import EvalConfig, TraceStore, summarize
+from orchestrion import EvalConfig, TraceStore
 from orchestrion.eval.datasets import load_dataset
 
 STRATEGIES = ["topology", "milestone"]
@@ -58,33 +58,50 @@ def _paired(ours: dict[str, float], base: dict[str, float],
     return n, sum(ours[t] for t in common) / n, sum(base[t] for t in common) / n, mean, se
 
 
+def costs(store: TraceStore, run_id: str) -> dict[str, tuple[float, float, float, str]]:
+    """Per counted problem of the run: tokens, seconds, compute units and status."""
+    rows = store.query("SELECT e.task_id AS t, e.input_tokens + e.output_tokens AS tok, e.ended - e.started AS s, "
+                       f"e.cost_units AS u, e.status AS st FROM episodes e WHERE e.run_id = ? AND {COUNTED}", (run_id,))
+    return {str(r["t"]): (float(r["tok"] or 0), float(r["s"] or 0), float(r["u"] or 0), str(r["st"])) for r in rows}
+
+
+def _cost_cells(ours: dict[str, tuple[float, float, float, str]], base: dict[str, tuple[float, float, float, str]],
+                ids: list[str]) -> str:
+    """tokens/ep, s/ep, units/ep with its ratio to direct's on the same problems, and the statuses."""
+    n = max(1, len(ids))
+    tok, sec, units = (sum(ours[t][0] for t in ids) / n, sum(ours[t][1] for t in ids) / n,
+                       sum(ours[t][2] for t in ids) / n)
+    base_units = sum(base[t][2] for t in ids if t in base) / n
+    ratio = f" ({units / base_units:.1f}× direct)" if base_units else ""
+    statuses: dict[str, int] = {}
+    for t in ids:
+        statuses[ours[t][3]] = statuses.get(ours[t][3], 0) + 1
+    return (f"{tok:.0f} | {sec:.1f} | {units:.2f}{ratio} | "
+            + ", ".join(f"{k}×{v}" for k, v in sorted(statuses.items())))
+
+
 def report(store: TraceStore, runs: dict[str, str], direct_run: str, args: argparse.Namespace) -> None:
     base = scores(store, direct_run, "direct") if direct_run else {}
+    base_costs = costs(store, direct_run) if direct_run else {}
     test_ids = {str(t.id) for t in load_dataset("humaneval@test").tasks}
     print(f"**HumanEval pass@1 with the docstring's examples as feedback, paired with `direct` on {BASELINE}**")
-    print("\nmax_tokens " f"{args.max_tokens}, seed {args.seed}; `direct`: run {direct_run or '(none yet)'}.")
+    print(f"\nmax_tokens {args.max_tokens}, seed {args.seed}; `direct`: run {direct_run or '(none yet)'}; "
+          "HumanEval is a tuning family for this path (bench/families.py, CODE_TUNING).")
     for side, ids in (("the whole sample", None), ("its humaneval@test side", test_ids)):
         print(f"\n**{side}**\n")
         print("| row | n | pass@1 | direct (1.5B) | paired diff ± se | verdict | tokens/ep | s/ep | units/ep "
               "| statuses |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         for strategy, run_id in runs.items():
-            if not run_id:
-                print(f"| {strategy} | 0 | - | - | - | nothing has run yet | - | - | - | - |")
-                continue
-            ours = scores(store, run_id, strategy)
+            ours = scores(store, run_id, strategy) if run_id else {}
             n, acc, dacc, diff, se = _paired(ours, base, ids)
-            found = [s for s in summarize(store, run_id) if s.strategy == strategy]
-            s = found[0] if found else None
-            cost = "- | - | - | -" if s is None else (
-                f"{(s.input_tokens + s.output_tokens) / max(1, s.episodes):.0f} | {s.mean_wall_s:.1f} | "
-                f"{s.cost_units / max(1, s.episodes):.2f} | "
-                + ", ".join(f"{k}×{v}" for k, v in sorted(s.statuses.items())))
             if n == 0:
-                print(f"| {strategy} | 0 | - | - | - | no problem paired with direct | {cost} |")
+                why = "nothing has run yet" if not run_id else "no problem paired with direct"
+                print(f"| {strategy} | 0 | - | - | - | {why} | - | - | - | - |")
                 continue
+            paired = sorted(t for t in ours if t in base and (ids is None or t in ids))
             print(f"| {strategy} | {n} | {acc:.3f} | {dacc:.3f} | {diff:+.3f} ± {se:.3f} | "
-                  f"{verdict(diff, se, n)} | {cost} |")
+                  f"{verdict(diff, se, n)} | {_cost_cells(costs(store, run_id), base_costs, paired)} |")
 
 
 async def main() -> None:
