@@ -103,7 +103,7 @@ async def test_examples_as_feedback_show_the_docstring_never_the_hidden_test(sto
     answer that fails them is repaired, and still no piece of the hidden test is anywhere."""
     from orchestrion.runtime.code_work import code_plan
 
-    task = next(t for t in load_dataset(DATASET).tasks if code_plan(t.prompt) is not None)
+    task = next(t for t in load_dataset(DATASET).tasks if (plan := code_plan(t.prompt)) is not None and plan.examples)
     secrets = _secrets(task)
     entry = task.metadata["entry_point"]
     right = f"```python\n{task.metadata['code_prompt']}{task.metadata['canonical_solution']}```"

@@ -45,7 +45,9 @@ def test_the_stub_is_the_fenced_function_not_the_instruction_mentioning_a_fence(
     stub = code_stub(PROMPT)
     assert stub is not None and stub.entry == "add_all" and "Add the numbers" in stub.docstring
     assert code_stub("What is 2 + 2?") is None
-    assert code_stub("```python\ndef f(x):\n    return x\n```") is None  # no docstring: nothing to read examples from
+    assert code_stub("```python\ndef f(x):\n    return x\n```") is None  # no docstring: not a stub
+    late = code_stub('```python\ndef f(x):\n    import math\n    """Floor of x.\n    >>> f(2.5)\n    2\n    """\n```')
+    assert late is not None and docstring_examples(late) == [CodeExample("f(2.5)", "2")]  # an import before it
 
 
 def test_every_example_form_is_read_and_a_rule_is_not_an_example() -> None:

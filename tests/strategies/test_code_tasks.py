@@ -96,3 +96,16 @@ async def test_a_budget_spent_mid_way_answers_with_the_best_version_so_far(store
         assert res.status == "budget_exceeded", strategy
         assert "return x + 2" in res.answer and res.meta["examples_passed"] == 1 and "steps" in res.meta["stopped"]
         assert len(big.calls) == 1
+
+
+async def test_a_code_task_without_examples_gets_the_executors_one_version(store: TraceStore) -> None:
+    bare = ("Write it in one ```python code block.\n\n```python\ndef double(x):\n    import math\n"
+            '    """Twice x."""\n```')
+    for strategy in ("topology", "milestone"):
+        big, small = coder("big", [WRONG, RIGHT]), coder("small", [RIGHT])
+        res = await solve(bare, strategy=strategy, pool=Pool.from_models([big, small], executor="big"), store=store)
+        assert res.status == "ok" and "return x + 2" in res.answer, strategy
+        assert len(big.calls) == 1 and small.calls == [] and res.meta["code_examples"] == 0
+        assert [m["content"] for m in big.calls[0]] == [bare]  # asked as direct asks a code task
+        ran = store.query("SELECT COUNT(*) AS n FROM spans WHERE episode_id = ? AND kind = 'tool'", (res.trace_id,))
+        assert ran[0]["n"] == 0  # nothing to run

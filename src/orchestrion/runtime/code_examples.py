@@ -13,6 +13,7 @@ and assignments, so that a model's own top-level checks neither fail a right ans
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import re
 import uuid
@@ -70,7 +71,7 @@ class ExampleCheck:
 
 
 def code_stub(prompt: str) -> CodeStub | None:
-    """The last function with a docstring in ``prompt``'s Python code blocks, or None."""
+    """The last function with a docstring in ``prompt``'s Python code blocks (fences at line starts), or None."""
     for lang, block in reversed(_FENCE.findall(prompt)):
         if lang.lower() not in PYTHON_FENCES:
             continue
@@ -78,10 +79,19 @@ def code_stub(prompt: str) -> CodeStub | None:
             tree = ast.parse(block + ("\n    pass\n" if block.rstrip().endswith(('"""', "'''")) else ""))
         except SyntaxError:
             continue
-        funcs = [n for n in tree.body if isinstance(n, ast.FunctionDef) and ast.get_docstring(n)]
+        funcs = [(n, doc) for n in tree.body if isinstance(n, ast.FunctionDef) and (doc := _docstring(n))]
         if funcs:
-            return CodeStub(code=block, entry=funcs[-1].name, docstring=ast.get_docstring(funcs[-1]) or "")
+            return CodeStub(code=block, entry=funcs[-1][0].name, docstring=funcs[-1][1])
     return None
+
+
+def _docstring(func: ast.FunctionDef) -> str:
+    """The function's docstring, or the first string standing alone in its body (a stub may import
+    before it), else ""."""
+    for node in func.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+            return inspect.cleandoc(node.value.value)
+    return ""
 
 
 def _literal(expr: str) -> bool:

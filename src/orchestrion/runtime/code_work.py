@@ -1,7 +1,7 @@
 """Writing a code task's function with its own examples as feedback, on the run context.
 
 The strategies that work on code tasks (``topology``'s candidates, ``milestone``'s implement → test
-→ repair) share these steps: :func:`code_plan` reads the stub and its examples from the task's
+→ repair) share these steps: :func:`code_plan` reads the stub and its examples (maybe none) from the task's
 prompt (never from its metadata, where a dataset keeps hidden tests); :func:`write` asks one model
 for the function (the task as written, as ``direct`` asks it, or a repair that shows the failing
 examples) and :func:`check` runs the examples on it in the sandbox through the ``python`` tool, so
@@ -47,10 +47,9 @@ class Candidate:
 
 
 def code_plan(prompt: str) -> CodePlan | None:
-    """The stub and its examples when ``prompt`` is a code task whose docstring shows examples."""
+    """The stub and the examples its docstring shows (maybe none) when ``prompt`` is a code task."""
     stub = code_stub(prompt)
-    examples = docstring_examples(stub) if stub is not None else []
-    return CodePlan(stub, examples) if stub is not None and examples else None
+    return CodePlan(stub, docstring_examples(stub)) if stub is not None else None
 
 
 async def check(ctx: RunContext, plan: CodePlan, program: str, label: str) -> ExampleCheck:

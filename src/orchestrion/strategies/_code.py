@@ -1,4 +1,4 @@
-"""How the planning paradigms work on a code task whose docstring shows examples.
+"""How the planning paradigms work on a code task (a function stub in the prompt).
 
 A code task (a function stub in the prompt, examples in its docstring; :mod:`..runtime.code_work`)
 has a check that a program can run on itself: the examples. Decomposing it into subtasks and
@@ -11,6 +11,10 @@ instead, each in its paper's own terms:
   earlier candidate, so the first answer stands unless another does better on the examples);
 * :func:`milestone_repairs` (E3-Orch): milestones *implement*, then *test and repair* on one
   model, serially, until the examples pass or the milestones run out.
+
+A code task whose docstring shows no example gets the executor's one version of the function
+(asked as ``direct`` asks it): planning subtasks for it would lose the code, and there is nothing
+to test candidates on.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ async def topology_candidates(ctx: RunContext, task: Task, plan: CodePlan, *, fi
     """Candidates in rounds until one passes every example (``width`` per parallel round, at most
     ``rounds`` rounds), reconciled by the examples they pass."""
     models = candidate_models(ctx, first, width)
+    rounds = rounds if plan.examples else 1  # nothing to reconcile candidates by: the first one answers
     ctx.budget.new_round()
     with ctx.tracer.span("round", "candidates 1"):
         made = [await write(ctx, task.prompt, plan, model=first, label=f"candidate 1 ({first})")]
@@ -78,7 +83,7 @@ async def milestone_repairs(ctx: RunContext, task: Task, plan: CodePlan, *, mode
                   "completeness": 1.0 if not made[-1].check.error else 0.0, "examples": made[-1].record()}
         records.append(record)
         ctx.tracer.event("milestone", record)
-        if made[-1].check.all_passed:
+        if made[-1].check.all_passed or not plan.examples:  # no examples: nothing to test and repair against
             break
     chosen = best(made)
     meta = _meta(made, chosen, stopped)

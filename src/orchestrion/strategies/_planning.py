@@ -38,8 +38,8 @@ class PlanOptions(StrategyOptions):
     node_timeout_s: float | None = Field(default=None, gt=0,
                                          description="time limit per plan node in seconds (default: none)")
     code_examples: bool = Field(default=True, description=(
-        "on a code task whose docstring shows examples, write the function and test it on them instead of "
-        "planning subtasks"))
+        "on a code task (a function stub in the prompt), write the function and test it on its docstring's "
+        "examples instead of planning subtasks"))
 
 
 @dataclass

@@ -18,8 +18,8 @@ Then it goes back to 1 with the new results, at most ``max_milestones`` times
 (default 4). A milestone that repeats an earlier one ends the loop (no progress).
 The final answer comes from the shared synthesis step.
 
-A code task whose docstring shows examples (``code_examples``, on by default) has fixed milestones
-instead: implement the function, then test it on the examples and repair it (:mod:`._code`).
+A code task (a function stub in the prompt; ``code_examples``, on by default) has fixed milestones
+instead: implement the function, then test it on its docstring's examples and repair it (:mod:`._code`).
 
 For each milestone the planned subtasks and the ones that ran OK are recorded in
 ``Answer.meta["milestones"]`` and as a ``milestone`` trace event, which is what

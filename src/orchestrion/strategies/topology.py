@@ -25,8 +25,8 @@ different parts, so their final lines differ by design and agreement measures no
 reconcile prompt's one-line answer would drop parts); one synthesis call writes the labelled
 lines, with ``consistency`` recorded as None.
 
-A code task whose docstring shows examples (``code_examples``, on by default) is not decomposed:
-candidates are written and reconciled by the examples they pass (:mod:`._code`).
+A code task (a function stub in the prompt; ``code_examples``, on by default) is not decomposed:
+candidates are written and reconciled by the docstring's examples they pass (:mod:`._code`).
 
 Termination: the reconcile loop is ``for i in range(max_reconcile)`` (default 2)
 with no other loop around it, each iteration makes exactly one model call bounded
