@@ -37,9 +37,6 @@ class CodeExample:
     call: str
     expected: str
 
-    def shown(self) -> str:
-        return f"{self.call} == {self.expected}"
-
 
 @dataclass(frozen=True)
 class CodeStub:
