@@ -92,16 +92,19 @@ def report(store: TraceStore, runs: dict[str, str], direct_run: str, args: argpa
         print("| row | n | pass@1 | direct (1.5B) | paired diff ± se | verdict | tokens/ep | s/ep | units/ep "
               "| statuses |")
         print("|---|---|---|---|---|---|---|---|---|---|")
+        rows: list[tuple[float, str]] = []  # (paired difference, line): weak rows first
         for strategy, run_id in runs.items():
             ours = scores(store, run_id, strategy) if run_id else {}
             n, acc, dacc, diff, se = _paired(ours, base, ids)
             if n == 0:
                 why = "nothing has run yet" if not run_id else "no problem paired with direct"
-                print(f"| {strategy} | 0 | - | - | - | {why} | - | - | - | - |")
+                rows.append((math.inf, f"| {strategy} | 0 | - | - | - | {why} | - | - | - | - |"))
                 continue
             paired = sorted(t for t in ours if t in base and (ids is None or t in ids))
-            print(f"| {strategy} | {n} | {acc:.3f} | {dacc:.3f} | {diff:+.3f} ± {se:.3f} | "
-                  f"{verdict(diff, se, n)} | {_cost_cells(costs(store, run_id), base_costs, paired)} |")
+            rows.append((diff, f"| {strategy} | {n} | {acc:.3f} | {dacc:.3f} | {diff:+.3f} ± {se:.3f} | "
+                               f"{verdict(diff, se, n)} | {_cost_cells(costs(store, run_id), base_costs, paired)} |"))
+        for _, line in sorted(rows, key=lambda r: r[0]):
+            print(line)
 
 
 async def main() -> None:
