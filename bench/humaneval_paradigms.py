@@ -4,8 +4,10 @@ On a code task whose docstring shows examples, ``topology`` and ``milestone`` wr
 and run those examples on it in the sandbox (``orchestrion.runtime.code_work``; HumanEval's hidden
 tests never reach them): ``topology`` makes a parallel round of candidates (a repair of the
 executor's first try, the other models' own tries) when the first fails an example and keeps the
-one that passes the most; ``milestone`` implements, then tests and repairs, on one model. Both run
-on the local pool (the executor is the 1.5B).
+one that passes the most; ``milestone`` implements, then tests and repairs, on one model;
+``proactive``'s sub-agent implements and tests, and asks the orchestrator for a revision (another
+step, then another model) when an example fails. All run on the local pool (the executor and the
+orchestrator are the 1.5B).
 
 Each row is paired, problem by problem, with ``direct`` on the 1.5B alone from ``bench/humaneval.py``
 (same seeded sample, same ``--max-tokens``; run it first), and gets a computed verdict. Rows over
@@ -34,7 +36,7 @@ from pool_report import scores, verdict
 from orchestrion import EvalConfig, TraceStore
 from orchestrion.eval.datasets import load_dataset
 
-STRATEGIES = ["topology", "milestone"]
+STRATEGIES = ["topology", "milestone", "proactive"]
 BASELINE = "qwen2.5-coder-1.5b"
 BUDGET = {"wall_s": 600}  # several 768-token calls of the 1.5B on 2 cores; a stop is recorded as budget_exceeded
 

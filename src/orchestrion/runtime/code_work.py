@@ -81,6 +81,11 @@ async def write(ctx: RunContext, task: str, plan: CodePlan, *, model: str, label
     return Candidate(program, outcome, out.model or model, label, [*convo, msg("assistant", out.text)])
 
 
+def repeats(candidate: Candidate, earlier: list[Candidate]) -> bool:
+    """Whether ``candidate``'s program is one already written (a repair that changed nothing)."""
+    return any(c is not candidate and c.program.strip() == candidate.program.strip() for c in earlier)
+
+
 def best(candidates: list[Candidate]) -> Candidate:
     """The candidate that passes the most examples; a tie goes to the one made first."""
     return max(candidates, key=lambda c: (c.check.passed, -candidates.index(c)))

@@ -10,7 +10,12 @@ instead, each in its paper's own terms:
   from the pool's other models, reconciled by which pass the most examples (a tie keeps the
   earlier candidate, so the first answer stands unless another does better on the examples);
 * :func:`milestone_repairs` (E3-Orch): milestones *implement*, then *test and repair* on one
-  model, serially, until the examples pass or the milestones run out.
+  model, serially, until the examples pass, the milestones run out, or a repair writes a program
+  already tried (under greedy decoding the next repair would repeat it again);
+* :func:`proactive_revisions` (POrchestra): a sub-agent implements and tests; when an example
+  fails it pauses and asks for a revision, with the failing examples as evidence, and the
+  orchestrator answers with one decision: more steps for the same sub-agent (a repair), another
+  model as its executor (that model's own version of the task as written), or complete.
 
 A code task whose docstring shows no example gets the executor's one version of the function
 (asked as ``direct`` asks it): planning subtasks for it would lose the code, and there is nothing
@@ -19,11 +24,16 @@ to test candidates on.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import replace
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
 
 from .._errors import BudgetExceededError
-from ..runtime.code_work import Candidate, CodePlan, best, candidate_models, code_answer, write
-from ..runtime.context import RunContext
+from .._prompts import render
+from ..models.types import msg
+from ..runtime.code_work import Candidate, CodePlan, best, candidate_models, code_answer, repeats, write
+from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
 from ..status import EpisodeStatus
 from .base import Answer, Task
 
@@ -85,13 +95,113 @@ async def milestone_repairs(ctx: RunContext, task: Task, plan: CodePlan, *, mode
         ctx.tracer.event("milestone", record)
         if made[-1].check.all_passed or not plan.examples:  # no examples: nothing to test and repair against
             break
+        if repeats(made[-1], made):
+            ctx.tracer.event("repeated_program", {"label": made[-1].label})
+            break
     chosen = best(made)
     meta = _meta(made, chosen, stopped)
     ok = sum(len(r["executed_ok"]) for r in records)
-    meta.update(milestones=records, done=chosen.check.all_passed,
-                stop="examples pass" if chosen.check.all_passed else "budget" if stopped else "max_milestones",
+    stop = ("examples pass" if chosen.check.all_passed else "budget" if stopped
+            else "repeated program" if len(made) > 1 and repeats(made[-1], made) else "max_milestones")
+    meta.update(milestones=records, done=chosen.check.all_passed, stop=stop,
                 subtasks=len(records), subtasks_ok=ok, completeness=ok / len(records))
     return Answer(code_answer(chosen), status=status, meta=meta)
+
+
+ACTION_HELP = {
+    "more_steps": '"more_steps": the same sub-agent gets one more step to fix its version, with the failing '
+                  'examples shown.',
+    "replace_executor": '"replace_executor": another model, named in "model", takes the work over and writes its '
+                        'own version of the function from the task.',
+    "complete": '"complete": stop here and answer with the version that passes the most examples.',
+}
+
+
+class CodeRevision(BaseModel):
+    """The orchestrator's answer to a code sub-agent's request for a revision."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    action: Literal["more_steps", "replace_executor", "complete"]
+    model: str | None = None
+
+
+async def proactive_revisions(ctx: RunContext, task: Task, plan: CodePlan, *, model: str,
+                              max_revisions: int, decision_tokens: int) -> Answer:
+    """A sub-agent implements and tests; each failed test is a request the orchestrator answers."""
+    ctx.budget.new_round()
+    with ctx.tracer.span("subagent", f"a1 ({model})"):
+        made = [await write(ctx, task.prompt, plan, model=model, label=f"a1 implements ({model})")]
+    status, stopped, stop, revisions = EpisodeStatus.OK, "", "examples pass", 0
+    config = replace(ORCHESTRATOR_CONFIG, max_tokens=decision_tokens)
+    try:
+        while not best(made).check.all_passed:
+            if not plan.examples:
+                stop = "no examples"
+                break
+            if revisions >= max_revisions:
+                stop = "code_revisions"
+                break
+            revisions += 1
+            ctx.budget.new_round()
+            latest = made[-1]
+            others = [m for m in candidate_models(ctx, latest.model, 8)[1:]]
+            asked, request = _request(latest, made, others)
+            ctx.tracer.event("subagent_request", {"agent": "a1", "asks": asked, "request": request,
+                                                  "model": latest.model})
+            schema = _revision_schema(asked, others)
+            prompt = render("code_revise", function=plan.stub.entry, request=request, versions=_versions(made),
+                            actions=f"- {ACTION_HELP[asked]}\n- {ACTION_HELP['complete']}",
+                            models="\n".join(f"- {r['name']} (tier {r['tier']}): {r['description']}"
+                                             for r in ctx.pool.describe()))
+            decision = await ctx.decide(CodeRevision, [msg("user", prompt)], json_schema=schema, config=config,
+                                        name=f"revision {revisions}")
+            act = decision.action
+            if act is None or act.action == "complete":
+                stop = "orchestrator completed" if act is not None else "invalid decision"
+                break
+            lead = best(made)
+            if act.action == "replace_executor" and act.model in others:
+                ctx.tracer.event("revision", {"action": "replace_executor", "model": act.model})
+                with ctx.tracer.span("subagent", f"a1 ({act.model})"):
+                    made.append(await write(ctx, task.prompt, plan, model=act.model,
+                                            label=f"a1 revised: executor {act.model}"))
+            else:
+                ctx.tracer.event("revision", {"action": "more_steps", "model": lead.model})
+                with ctx.tracer.span("subagent", f"a1 ({lead.model})"):
+                    made.append(await write(ctx, task.prompt, plan, model=lead.model, repair_of=lead,
+                                            label=f"a1 revised: more steps ({lead.model})"))
+    except BudgetExceededError as exc:  # the best version so far still answers
+        status, stopped, stop = EpisodeStatus.BUDGET_EXCEEDED, str(exc), "budget"
+    chosen = best(made)
+    meta = _meta(made, chosen, stopped)
+    meta.update(revisions=revisions, stop=stop, done=chosen.check.all_passed)
+    return Answer(code_answer(chosen), status=status, meta=meta)
+
+
+def _request(latest: Candidate, made: list[Candidate], others: list[str]) -> tuple[str, str]:
+    """The sub-agent's request (what it asks for, and its evidence): another step to repair its
+    version at first; another model once a repair of its own failed or repeated a version."""
+    head = f"{latest.check.passed} of {latest.check.total} examples pass on the version by {latest.model}."
+    evidence = latest.check.feedback() or "no example passed"
+    if len(made) == 1 or not others:
+        return "more_steps", f"{head} It asks for one more step to fix its version.\n{evidence}"
+    why = "its repair repeats a version written before" if repeats(latest, made) else "its repair did not pass"
+    return "replace_executor", f"{head} It asks for another model: {why}.\n{evidence}"
+
+
+def _versions(made: list[Candidate]) -> str:
+    return "\n".join(f"- {c.label}: {c.check.passed} of {c.check.total} examples pass"
+                     + (" (a repeat of an earlier version)" if repeats(c, made[:i + 1]) else "")
+                     for i, c in enumerate(made))
+
+
+def _revision_schema(asked: str, others: list[str]) -> dict[str, Any]:
+    """The decision's schema: grant what the sub-agent asks for, or complete."""
+    models = others or ["none"]
+    return {"type": "object", "properties": {"action": {"type": "string", "enum": [asked, "complete"]},
+                                             "model": {"type": "string", "enum": models}},
+            "required": ["action", "model"], "additionalProperties": False}
 
 
 def _meta(made: list[Candidate], chosen: Candidate, stopped: str) -> dict[str, Any]:

@@ -27,6 +27,11 @@ stop the loop; ``max_fruitless`` sub-agent runs in a row that end without a resu
 too. Sub-agents still running then are cancelled. When the orchestrator did not complete
 with an answer, the answer is synthesised from the sub-agents' reports.
 
+A code task (a function stub in the prompt; ``code_examples``, on by default) goes to one
+sub-agent that implements the function and tests it on the docstring's examples; a failing
+example makes it pause and ask for a revision, which the orchestrator answers with more steps,
+another model as executor, or complete (:mod:`._code`).
+
 Options (``--set NAME=VALUE``): max_steps=300, max_subagents=10, subagent_steps=30 (the
 paper's defaults), max_active=1, max_decisions=30, max_invalid=2, max_fruitless=3,
 stall_steps=3, worker_model (default: the pool's executor), decision_tokens=320.
@@ -42,11 +47,13 @@ from pydantic import Field
 from .._errors import BudgetExceededError, OrchestrionError
 from .._prompts import render
 from ..models.types import msg
+from ..runtime.code_work import code_plan
 from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
 from ..runtime.options import POOL_MODEL, StrategyOptions
 from ..runtime.protocol import Revision
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
 from ..runtime.synthesis import settle_answer, synthesize
+from ._code import proactive_revisions
 from ._proactive_protocol import (
     PausingSubAgent,
     ProactiveAction,
@@ -79,6 +86,11 @@ class ProactiveOptions(StrategyOptions):
     worker_model: str | None = Field(default=None, json_schema_extra=POOL_MODEL,
                                      description="default sub-agent model (default: the pool's executor)")
     decision_tokens: int = Field(default=320, ge=1, description="output-token limit of each orchestrator decision")
+    code_examples: bool = Field(default=True, description=(
+        "a code task (a function stub in the prompt) goes to one sub-agent that tests its function on the "
+        "docstring's examples and asks for a revision when one fails"))
+    code_revisions: int = Field(default=2, ge=1, le=6, description=(
+        "code tasks with examples: most revisions the orchestrator grants (more steps, or another model)"))
 
 
 @dataclass
@@ -405,4 +417,8 @@ class Proactive(Strategy):
     Options = ProactiveOptions
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
+        opts = ctx.options_as(ProactiveOptions)
+        if opts.code_examples and (code := code_plan(task.prompt)) is not None:
+            return await proactive_revisions(ctx, task, code, model=opts.worker_model or ctx.pool.executor,
+                                             max_revisions=opts.code_revisions, decision_tokens=opts.decision_tokens)
         return await _Episode(task, ctx).run()
