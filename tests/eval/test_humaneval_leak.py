@@ -97,7 +97,7 @@ async def test_the_program_library_returns_the_prompt_and_the_program_never_the_
     assert _leaks(prompt, secrets) == [] and _leaks(program, secrets) == []  # ... the library never shows it
 
 
-@pytest.mark.parametrize("strategy", ["topology", "milestone"])
+@pytest.mark.parametrize("strategy", ["topology", "milestone", "proactive"])
 async def test_examples_as_feedback_show_the_docstring_never_the_hidden_test(store: TraceStore, strategy: str) -> None:
     """The code-task paths run the docstring's examples and show failures to the model: a first
     answer that fails them is repaired, and still no piece of the hidden test is anywhere."""
@@ -109,15 +109,21 @@ async def test_examples_as_feedback_show_the_docstring_never_the_hidden_test(sto
     right = f"```python\n{task.metadata['code_prompt']}{task.metadata['canonical_solution']}```"
     replies = [f"```python\ndef {entry}(*args, **kwargs):\n    return None\n```", right]
 
+    code: list[Sequence[Message]] = []
+
     def reply(messages: Sequence[Message], config: GenerateConfig) -> str:
-        return replies[min(len(model.calls), len(replies)) - 1]
+        if config.json_schema is not None:  # proactive's orchestrator grants what the sub-agent asks for
+            props = config.json_schema["properties"]
+            return json.dumps({"action": props["action"]["enum"][0], "model": props["model"]["enum"][0]})
+        code.append(messages)
+        return replies[min(len(code), len(replies)) - 1]
 
     model = ScriptedModel(reply, name="m")
     run = await run_eval(EvalConfig(dataset=DATASET, strategies=[strategy], limit=1, concurrency=1,
                                     task_ids=[str(task.id)]), store, pool=lambda: Pool.from_models([model]))
     store.flush()
     (episode,) = store.episodes(run_id=run.run_id)
-    assert len(model.calls) == 2 and "should be" in model.calls[1][-1]["content"]  # the repair saw failures
+    assert len(code) == 2 and "should be" in code[1][-1]["content"]  # the repair saw failures
     assert episode.meta_value()["correct"] is True
     seen = "\n".join(m["content"] for call in model.calls for m in call)
     assert _leaks(seen, secrets) == []

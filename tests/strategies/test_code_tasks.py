@@ -89,7 +89,7 @@ async def test_off_the_option_a_code_task_is_planned_as_any_other(store: TraceSt
 
 async def test_a_budget_spent_mid_way_answers_with_the_best_version_so_far(store: TraceStore) -> None:
     # two steps: the first candidate's call and its check; the repair's call is refused
-    for strategy in ("topology", "milestone"):
+    for strategy in ("topology", "milestone", "proactive"):
         big = coder("big", [WRONG, RIGHT])
         res = await solve(TASK, strategy=strategy, pool=Pool.from_models([big], executor="big"), store=store,
                           budget=Budget(steps=2))
@@ -101,7 +101,7 @@ async def test_a_budget_spent_mid_way_answers_with_the_best_version_so_far(store
 async def test_a_code_task_without_examples_gets_the_executors_one_version(store: TraceStore) -> None:
     bare = ("Write it in one ```python code block.\n\n```python\ndef double(x):\n    import math\n"
             '    """Twice x."""\n```')
-    for strategy in ("topology", "milestone"):
+    for strategy in ("topology", "milestone", "proactive"):
         big, small = coder("big", [WRONG, RIGHT]), coder("small", [RIGHT])
         res = await solve(bare, strategy=strategy, pool=Pool.from_models([big, small], executor="big"), store=store)
         assert res.status == "ok" and "return x + 2" in res.answer, strategy

@@ -1,0 +1,87 @@
+"""``proactive`` on a code task: a sub-agent tests its function on the docstring's examples and asks
+for a revision when one fails; the orchestrator's decision answers it. Scripted models, real sandbox.
+Also ``milestone``'s stop at a repair that repeats a program already tried."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from orchestrion import GenerateConfig, Message, Pool, ScriptedModel, TraceStore, solve
+
+from .test_code_tasks import BROKEN, RIGHT, TASK, WRONG, coder
+
+
+class Orchestrator:
+    """Answers each revision request with the next scripted action; keeps what it was shown."""
+
+    def __init__(self, actions: Sequence[dict[str, str]]) -> None:
+        self.actions = list(actions)
+        self.prompts: list[str] = []
+        self.schemas: list[dict[str, Any]] = []
+        self.model = ScriptedModel(self.reply, name="boss")
+
+    def reply(self, messages: Sequence[Message], config: GenerateConfig) -> str:
+        assert config.json_schema is not None, "the orchestrator only decides"
+        self.prompts.append(str(messages[-1]["content"]))
+        self.schemas.append(dict(config.json_schema))
+        return json.dumps(self.actions[len(self.prompts) - 1])
+
+
+def pool(boss: Orchestrator, *coders: ScriptedModel) -> Pool:
+    return Pool.from_models([boss.model, *coders], orchestrator="boss", executor=coders[0].name)
+
+
+async def test_a_version_that_passes_its_examples_is_the_answer_and_no_decision_is_made(store: TraceStore) -> None:
+    boss, big = Orchestrator([]), coder("big", [RIGHT])
+    res = await solve(TASK, strategy="proactive", pool=pool(boss, big), store=store)
+    assert res.status == "ok" and "return 2 * x" in res.answer
+    assert len(big.calls) == 1 and boss.prompts == [] and res.meta["stop"] == "examples pass"
+
+
+async def test_a_failing_example_is_a_request_for_a_step_then_for_another_model(store: TraceStore) -> None:
+    boss = Orchestrator([{"action": "more_steps", "model": "small"},
+                         {"action": "replace_executor", "model": "small"}])
+    big, small = coder("big", [WRONG, WRONG]), coder("small", [RIGHT])
+    res = await solve(TASK, strategy="proactive", pool=pool(boss, big, small), store=store)
+    assert "return 2 * x" in res.answer and res.meta["chosen"] == "a1 revised: executor small"
+    assert [c["passed"] for c in res.meta["candidates"]] == [1, 1, 2] and res.meta["revisions"] == 2
+    # first it asks for one more step, with the failing example as evidence; the grant is a repair
+    assert "one more step" in boss.prompts[0] and "double(-1) should be -2, but gave 1" in boss.prompts[0]
+    assert boss.schemas[0]["properties"]["action"]["enum"] == ["more_steps", "complete"]
+    assert [m["role"] for m in big.calls[1]] == ["user", "assistant", "user"]
+    # its repair wrote the same program: it asks for another model, which writes the task as written
+    assert "repeats a version written before" in boss.prompts[1]
+    assert boss.schemas[1]["properties"]["action"]["enum"] == ["replace_executor", "complete"]
+    assert sorted(boss.schemas[1]["properties"]["model"]["enum"]) == ["boss", "small"]  # any model but big
+    assert [m["content"] for m in small.calls[0]] == [TASK]
+    kinds = store.query("SELECT kind FROM events WHERE episode_id = ? AND kind IN ('subagent_request', 'revision') "
+                        "ORDER BY rowid", (res.trace_id,))
+    assert [k["kind"] for k in kinds] == ["subagent_request", "revision"] * 2
+
+
+async def test_the_orchestrator_may_complete_with_the_best_version_so_far(store: TraceStore) -> None:
+    boss, big = Orchestrator([{"action": "complete", "model": "none"}]), coder("big", [WRONG, RIGHT])
+    res = await solve(TASK, strategy="proactive", pool=pool(boss, big), store=store)
+    assert res.status == "ok" and "return x + 2" in res.answer and len(big.calls) == 1
+    assert res.meta["stop"] == "orchestrator completed"
+
+
+async def test_revisions_stop_at_code_revisions(store: TraceStore) -> None:
+    boss = Orchestrator([{"action": "more_steps", "model": "none"}] * 3)
+    big = coder("big", [BROKEN, WRONG, BROKEN, RIGHT])
+    res = await solve(TASK, strategy="proactive", pool=pool(boss, big), store=store, options={"code_revisions": 1})
+    assert "return" in res.answer and len(big.calls) == 2 and res.meta["stop"] == "code_revisions"
+    assert "return x + 2" in res.answer  # the repair passes one example, the broken first none
+
+
+async def test_milestone_stops_when_a_repair_repeats_a_program_already_tried(store: TraceStore) -> None:
+    big = coder("big", [WRONG, WRONG, RIGHT])
+    res = await solve(TASK, strategy="milestone", pool=Pool.from_models([big], executor="big"), store=store,
+                      options={"max_milestones": 5})
+    assert "return x + 2" in res.answer and len(big.calls) == 2
+    assert res.meta["stop"] == "repeated program"
+    events = store.query("SELECT kind FROM events WHERE episode_id = ? AND kind = 'repeated_program'",
+                         (res.trace_id,))
+    assert len(events) == 1
