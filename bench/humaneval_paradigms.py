@@ -6,8 +6,10 @@ tests never reach them): ``topology`` makes a parallel round of candidates (a re
 executor's first try, the other models' own tries) when the first fails an example and keeps the
 one that passes the most; ``milestone`` implements, then tests and repairs, on one model;
 ``proactive``'s sub-agent implements and tests, and asks the orchestrator for a revision (another
-step, then another model) when an example fails. All run on the local pool (the executor and the
-orchestrator are the 1.5B).
+step, then another model) when an example fails; ``para`` runs coder branches on the two coders in
+parallel rounds, each checked by the sandbox, and repairs each failing one; ``spec`` has a coder, a
+tester and a reviewer, the coder repairing with the review. All run on the local pool (the
+executor and the orchestrator are the 1.5B).
 
 Each row is paired, problem by problem, with ``direct`` on the 1.5B alone from ``bench/humaneval.py``
 (same seeded sample, same ``--max-tokens``; run it first), and gets a computed verdict. Rows over
@@ -36,7 +38,7 @@ from pool_report import scores, verdict
 from orchestrion import EvalConfig, TraceStore
 from orchestrion.eval.datasets import load_dataset
 
-STRATEGIES = ["topology", "milestone", "proactive"]
+STRATEGIES = ["topology", "milestone", "proactive", "para", "spec"]
 BASELINE = "qwen2.5-coder-1.5b"
 BUDGET = {"wall_s": 600}  # several 768-token calls of the 1.5B on 2 cores; a stop is recorded as budget_exceeded
 

@@ -85,3 +85,45 @@ async def test_milestone_stops_when_a_repair_repeats_a_program_already_tried(sto
     events = store.query("SELECT kind FROM events WHERE episode_id = ? AND kind = 'repeated_program'",
                          (res.trace_id,))
     assert len(events) == 1
+
+
+async def test_para_runs_coder_branches_in_parallel_and_repairs_each_failing_one(store: TraceStore) -> None:
+    big, small = coder("big", [WRONG, RIGHT]), coder("small", [BROKEN, BROKEN])
+    res = await solve(TASK, strategy="para", pool=Pool.from_models([big, small], executor="big"), store=store)
+    assert "return 2 * x" in res.answer and res.meta["chosen"] == "round 2: repair (big)"
+    assert [c["label"] for c in res.meta["candidates"]] == [
+        "round 1: coder (big)", "round 1: coder (small)", "round 2: repair (big)", "round 2: repair (small)"]
+    assert [m["content"] for m in small.calls[0]] == [TASK]  # each branch is asked the task as written
+    assert "did not run" in small.calls[1][-1]["content"]  # and repaired with its own failure
+    rounds = store.query("SELECT attrs FROM spans WHERE episode_id = ? AND kind = 'round'", (res.trace_id,))
+    assert [json.loads(r["attrs"])["branches"] for r in rounds] == [2, 2]
+
+
+async def test_para_keeps_the_executors_version_on_a_tie_and_stops_when_one_passes(store: TraceStore) -> None:
+    big, small = coder("big", [RIGHT]), coder("small", [RIGHT.replace("2 * x", "x * 2")])
+    res = await solve(TASK, strategy="para", pool=Pool.from_models([big, small], executor="big"), store=store)
+    assert "return 2 * x" in res.answer and res.meta["rounds"] == 1 and len(big.calls) == len(small.calls) == 1
+
+
+async def test_spec_reviews_a_failing_version_and_the_coder_repairs_with_the_review(store: TraceStore) -> None:
+    reviews: list[str] = []
+
+    def review(messages: Sequence[Message], config: GenerateConfig) -> str:
+        reviews.append(str(messages[-1]["content"]))
+        return "It adds two instead of doubling; multiply by two."
+
+    big, critic = coder("big", [WRONG, RIGHT]), ScriptedModel(review, name="critic")
+    res = await solve(TASK, strategy="spec", pool=Pool.from_models([big, critic], executor="big"), store=store,
+                      options={"code_reviewer": "critic"})
+    assert "return 2 * x" in res.answer and res.meta["roles"] == ["coder", "tester", "reviewer"]
+    assert res.meta["reviews"] == 1 and len(big.calls) == 2
+    assert "double(-1) should be -2, but gave 1" in reviews[0] and "return x + 2" in reviews[0]
+    assert "multiply by two" in big.calls[1][-1]["content"] and "should be -2" in big.calls[1][-1]["content"]
+
+
+async def test_no_examples_get_one_version_from_para_and_spec(store: TraceStore) -> None:
+    bare = "Write it in one ```python code block.\n\n```python\ndef double(x):\n    \"\"\"Twice x.\"\"\"\n```"
+    for strategy in ("para", "spec"):
+        big, small = coder("big", [WRONG]), coder("small", [RIGHT])
+        res = await solve(bare, strategy=strategy, pool=Pool.from_models([big, small], executor="big"), store=store)
+        assert "return x + 2" in res.answer and len(big.calls) == 1 and small.calls == [], strategy

@@ -89,7 +89,7 @@ async def test_off_the_option_a_code_task_is_planned_as_any_other(store: TraceSt
 
 async def test_a_budget_spent_mid_way_answers_with_the_best_version_so_far(store: TraceStore) -> None:
     # two steps: the first candidate's call and its check; the repair's call is refused
-    for strategy in ("topology", "milestone", "proactive"):
+    for strategy in ("topology", "milestone", "proactive", "spec", "para"):
         big = coder("big", [WRONG, RIGHT])
         res = await solve(TASK, strategy=strategy, pool=Pool.from_models([big], executor="big"), store=store,
                           budget=Budget(steps=2))

@@ -67,13 +67,16 @@ async def check(ctx: RunContext, plan: CodePlan, program: str, label: str) -> Ex
 
 
 async def write(ctx: RunContext, task: str, plan: CodePlan, *, model: str, label: str,
-                repair_of: Candidate | None = None) -> Candidate:
+                repair_of: Candidate | None = None, review: str = "") -> Candidate:
     """One candidate on ``model``: the task as written (as ``direct`` asks it), or, with
-    ``repair_of``, that candidate's conversation followed by its failing examples; then checked."""
+    ``repair_of``, that candidate's conversation followed by its failing examples (and a
+    reviewer's ``review`` of them, when given); then checked."""
     if repair_of is None:
         convo = [msg("user", task)]
     else:
         failures = repair_of.check.feedback() or "no example passed"
+        if review:
+            failures = f"{failures}\n\nA reviewer read your function and says:\n{review.strip()}"
         convo = [*repair_of.conversation, msg("user", render("code_repair", failures=failures))]
     out = await ctx.generate(convo, model=model, config=direct_config(ctx), name=label)
     program = program_in(out.text, plan.stub)

@@ -63,7 +63,7 @@ async def topology_candidates(ctx: RunContext, task: Task, plan: CodePlan, *, fi
     except BudgetExceededError as exc:  # the best candidate so far still answers
         status, stopped = EpisodeStatus.BUDGET_EXCEEDED, str(exc)
     chosen = best(made)
-    meta = _meta(made, chosen, stopped)
+    meta = code_meta(made, chosen, stopped)
     meta.update(topology="parallel" if len(made) > 1 else "single", routed="code examples")
     ctx.tracer.event("topology", {"topology": meta["topology"], "routed": "code examples",
                                   "candidates": meta["candidates"]})
@@ -99,7 +99,7 @@ async def milestone_repairs(ctx: RunContext, task: Task, plan: CodePlan, *, mode
             ctx.tracer.event("repeated_program", {"label": made[-1].label})
             break
     chosen = best(made)
-    meta = _meta(made, chosen, stopped)
+    meta = code_meta(made, chosen, stopped)
     ok = sum(len(r["executed_ok"]) for r in records)
     stop = ("examples pass" if chosen.check.all_passed else "budget" if stopped
             else "repeated program" if len(made) > 1 and repeats(made[-1], made) else "max_milestones")
@@ -174,7 +174,7 @@ async def proactive_revisions(ctx: RunContext, task: Task, plan: CodePlan, *, mo
     except BudgetExceededError as exc:  # the best version so far still answers
         status, stopped, stop = EpisodeStatus.BUDGET_EXCEEDED, str(exc), "budget"
     chosen = best(made)
-    meta = _meta(made, chosen, stopped)
+    meta = code_meta(made, chosen, stopped)
     meta.update(revisions=revisions, stop=stop, done=chosen.check.all_passed)
     return Answer(code_answer(chosen), status=status, meta=meta)
 
@@ -204,7 +204,7 @@ def _revision_schema(asked: str, others: list[str]) -> dict[str, Any]:
             "required": ["action", "model"], "additionalProperties": False}
 
 
-def _meta(made: list[Candidate], chosen: Candidate, stopped: str) -> dict[str, Any]:
+def code_meta(made: list[Candidate], chosen: Candidate, stopped: str) -> dict[str, Any]:
     meta: dict[str, Any] = {"code_examples": chosen.check.total, "examples_passed": chosen.check.passed,
                             "chosen": chosen.label, "candidates": [c.record() for c in made], "invalid_decisions": 0}
     if stopped:

@@ -21,6 +21,10 @@ programs for reasoning tasks printed its guess (``print('The blue book is second
 clock (``datetime.now()``), sorted an undefined ``list``, or counted a list of item names that
 dropped their quantities (``len(['goat', 'three bears', ...])``). The coder reads the task verbatim
 and is prompted to compute.
+
+A code task (a function stub in the prompt; ``code_examples``, on by default) runs as coder
+branches on the strongest models, each checked on the docstring's examples in the sandbox, in
+parallel rounds (:mod:`._code_roles`).
 """
 
 from __future__ import annotations
@@ -38,12 +42,14 @@ from .._text import normalize, numbers_in, parse_number
 from ..models.types import msg
 from ..runtime.client_actions import client_calls_problem, client_tool_lines, with_client_calls
 from ..runtime.client_tools import ClientToolCall, ClientToolSpec
+from ..runtime.code_work import code_plan
 from ..runtime.context import RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.protocol import narrow
 from ..runtime.synthesis import Evidence, synthesize
 from ..tools.agents import ORIGINAL_MAX_CHARS
 from ..tools.envelope import ToolResult
+from ._code_roles import para_candidates
 from .base import Answer, Strategy, Task, register
 
 
@@ -118,9 +124,18 @@ class Para(Strategy):
         programs_by_coder: bool = Field(
             default=True, description="send a python call whose program uses no number of the task to the coder "
                                       "agent with the whole task (when the pool's tools have a coder)")
+        code_examples: bool = Field(default=True, description=(
+            "a code task (a function stub in the prompt) runs coder branches on the strongest models, each checked "
+            "on the docstring's examples in the sandbox, instead of orchestrator rounds"))
+        code_candidates: int = Field(default=2, ge=1, le=8, description=(
+            "code tasks: coder branches in each parallel round (the executor first, then the strongest models)"))
+        code_rounds: int = Field(default=2, ge=1, le=6, description=(
+            "code tasks with examples: most rounds; a round after the first repairs each branch that fails an example"))
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
+        if opts.code_examples and (code := code_plan(task.prompt)) is not None:
+            return await para_candidates(ctx, task, code, width=opts.code_candidates, rounds=opts.code_rounds)
         max_rounds, max_calls = opts.max_rounds, opts.max_calls
         system = msg("system", render(
             "para_system",

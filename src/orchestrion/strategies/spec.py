@@ -19,6 +19,10 @@ the final answer is synthesised from the sink roles (those nobody depends on).
 The spec stays a plain serialisable pydantic model (in ``Answer.meta["spec"]``
 and a ``spec`` trace event), so counterfactual credit can edit one field of it
 and compile it again.
+
+A code task (a function stub in the prompt; ``code_examples``, on by default) gets a fixed spec
+instead: coder, tester (the docstring's examples in the sandbox) and reviewer, the coder repairing
+with the failures and the review (:mod:`._code_roles`).
 """
 
 from __future__ import annotations
@@ -32,13 +36,16 @@ from .._errors import PlanError
 from .._prompts import render
 from ..models.pool import Pool
 from ..models.types import msg
+from ..runtime.code_work import code_plan
 from ..runtime.context import RunContext
+from ..runtime.options import POOL_MODEL
 from ..runtime.plan import ID_MAX, TASK_MAX, Subtask, execute_plan, results_text
 from ..runtime.protocol import narrow
 from ..runtime.scheduler import topological_order
 from ..runtime.synthesis import synthesize
 from ..status import NodeStatus
 from ..tools.registry import ToolRegistry
+from ._code_roles import spec_review
 from .base import Answer, EpisodeStatus, Strategy, Task, register
 from .uno import DecisionOptions, decide_with_options, tool_available
 
@@ -204,9 +211,20 @@ class Spec(Strategy):
                                description=f"most roles in the spec (1 to {MAX_ROLES})")
         on_invalid: Literal["fail", "single_role"] = Field(
             default="fail", description="after an invalid spec: end as invalid_spec, or run one role on the whole task")
+        code_examples: bool = Field(default=True, description=(
+            "a code task (a function stub in the prompt) gets the fixed roles coder, tester (the docstring's "
+            "examples in the sandbox) and reviewer, instead of a spec decision"))
+        code_rounds: int = Field(default=2, ge=1, le=6, description=(
+            "code tasks with examples: most versions the coder writes (each after the first follows a review)"))
+        code_reviewer: str | None = Field(default=None, json_schema_extra=POOL_MODEL, description=(
+            "code tasks: the reviewer's model (default: the pool's executor, who also codes)"))
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
+        if opts.code_examples and (code := code_plan(task.prompt)) is not None:
+            executor = ctx.pool.executor
+            return await spec_review(ctx, task, code, coder=executor, reviewer=opts.code_reviewer or executor,
+                                     rounds=opts.code_rounds)
         max_roles = opts.max_roles
         prims = available_primitives(ctx.tools)
         if not prims:
