@@ -8,7 +8,9 @@ one that passes the most; ``milestone`` implements, then tests and repairs, on o
 ``proactive``'s sub-agent implements and tests, and asks the orchestrator for a revision (another
 step, then another model) when an example fails; ``para`` runs coder branches on the two coders in
 parallel rounds, each checked by the sandbox, and repairs each failing one; ``spec`` has a coder, a
-tester and a reviewer, the coder repairing with the review. All run on the local pool (the
+tester and a reviewer, the coder repairing with the review; ``uno``'s (model, direct) pairs write
+one after another in utility order (the 1.5B, then the 0.5B), the next only when the examples
+fail. All run on the local pool (the
 executor and the orchestrator are the 1.5B).
 
 Each row is paired, problem by problem, with ``direct`` on the 1.5B alone from ``bench/humaneval.py``
@@ -38,7 +40,7 @@ from pool_report import scores, verdict
 from orchestrion import EvalConfig, TraceStore
 from orchestrion.eval.datasets import load_dataset
 
-STRATEGIES = ["topology", "milestone", "proactive", "para", "spec"]
+STRATEGIES = ["topology", "milestone", "proactive", "para", "spec", "uno"]
 BASELINE = "qwen2.5-coder-1.5b"
 BUDGET = {"wall_s": 600}  # several 768-token calls of the 1.5B on 2 cores; a stop is recorded as budget_exceeded
 

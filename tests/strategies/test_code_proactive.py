@@ -123,7 +123,26 @@ async def test_spec_reviews_a_failing_version_and_the_coder_repairs_with_the_rev
 
 async def test_no_examples_get_one_version_from_para_and_spec(store: TraceStore) -> None:
     bare = "Write it in one ```python code block.\n\n```python\ndef double(x):\n    \"\"\"Twice x.\"\"\"\n```"
-    for strategy in ("para", "spec"):
+    for strategy in ("para", "spec", "uno"):
         big, small = coder("big", [WRONG]), coder("small", [RIGHT])
         res = await solve(bare, strategy=strategy, pool=Pool.from_models([big, small], executor="big"), store=store)
         assert "return x + 2" in res.answer and len(big.calls) == 1 and small.calls == [], strategy
+
+
+async def test_uno_escalates_to_the_next_pair_only_when_an_example_fails(store: TraceStore) -> None:
+    big, small = coder("big", [WRONG]), coder("small", [RIGHT])
+    res = await solve(TASK, strategy="uno", pool=Pool.from_models([big, small], executor="big"), store=store)
+    assert "return 2 * x" in res.answer and res.meta["pairs"] == ["(big, direct)", "(small, direct)"]
+    assert [m["content"] for m in small.calls[0]] == [TASK] and res.meta["escalations"] == 1
+    big, small = coder("big", [RIGHT]), coder("small", [WRONG])
+    res = await solve(TASK, strategy="uno", pool=Pool.from_models([big, small], executor="big"), store=store)
+    assert "return 2 * x" in res.answer and small.calls == [] and res.meta["escalations"] == 0
+
+
+async def test_uno_keeps_the_first_version_when_the_next_pair_does_no_better(store: TraceStore) -> None:
+    big, small = coder("big", [WRONG]), coder("small", [BROKEN])
+    res = await solve(TASK, strategy="uno", pool=Pool.from_models([big, small], executor="big"), store=store,
+                      options={"code_pairs": 1})
+    assert "return x + 2" in res.answer and small.calls == []  # one pair allowed
+    res = await solve(TASK, strategy="uno", pool=Pool.from_models([coder("big", [WRONG]), small]), store=store)
+    assert "return x + 2" in res.answer and res.meta["chosen"] == "(big, direct)"

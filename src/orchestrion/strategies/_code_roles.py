@@ -10,7 +10,13 @@ paper's own terms, with the docstring's examples as the test (:mod:`..runtime.co
   fails the reviewer reads the function and its failures and says what is wrong; the coder then
   repairs with the failures and the review, and the tester runs again.
 
-A code task whose docstring shows no example gets the executor's one version of the function.
+* :func:`uno_escalation` (Uno-Orchestra): selective delegation over admissible (model, primitive)
+  pairs, the primitive being "write the function as asked": the pair of best accuracy-cost
+  utility writes first, and only when its version fails an example does the next pair by utility
+  write its own, serially, so the cheaper path is the usual one.
+
+A code task whose docstring shows no example gets one version of the function (the executor's;
+``uno``'s best pair's).
 """
 
 from __future__ import annotations
@@ -28,6 +34,28 @@ from ._code import code_meta
 from .base import Answer, Task
 
 REVIEW_TOKENS = 200  # a few sentences
+
+
+async def uno_escalation(ctx: RunContext, task: Task, plan: CodePlan, *, ranked: list[str], most: int) -> Answer:
+    """Versions by the pairs' models in ``ranked`` order (best utility first), one after another,
+    until one passes every example or ``most`` have written."""
+    made: list[Candidate] = []
+    status, stopped = EpisodeStatus.OK, ""
+    try:
+        for model in ranked[:most if plan.examples else 1]:
+            if made and best(made).check.all_passed:
+                break
+            ctx.budget.new_round()
+            with ctx.tracer.span("subtask", f"({model}, direct)", model=model, primitive="direct"):
+                made.append(await write(ctx, task.prompt, plan, model=model, label=f"({model}, direct)"))
+    except BudgetExceededError as exc:
+        if not made:
+            raise
+        status, stopped = EpisodeStatus.BUDGET_EXCEEDED, str(exc)
+    chosen = best(made)
+    meta = code_meta(made, chosen, stopped)
+    meta.update(mode="direct", pairs=[c.label for c in made], escalations=len(made) - 1)
+    return Answer(code_answer(chosen), status=status, meta=meta)
 
 
 async def para_candidates(ctx: RunContext, task: Task, plan: CodePlan, *, width: int, rounds: int) -> Answer:

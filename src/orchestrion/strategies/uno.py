@@ -20,6 +20,10 @@ repairs, :func:`choose_pair` answers directly with the pair of best
 :func:`utility` (tier as accuracy prior, price x expected tokens as cost; pairs
 of unknown cost come after every known-cost pair and are never costed as 0).
 With no admissible pair at all the episode ends with status ``no_admissible_pair``.
+
+A code task (a function stub in the prompt; ``code_examples``, on by default) is not decided:
+the (model, direct) pairs write the function one after another in utility order, the next only
+when the docstring's examples fail (:mod:`._code_roles`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from .._prompts import render
 from ..models.cost import cost_of
 from ..models.pool import Pool
 from ..models.types import Message, msg
+from ..runtime.code_work import code_plan
 from ..runtime.context import ORCHESTRATOR_CONFIG, Decision, RunContext
 from ..runtime.options import StrategyOptions
 from ..runtime.plan import ID_MAX, PLAN_TOKENS, TASK_MAX, Subtask, execute_plan, results_text
@@ -43,6 +48,7 @@ from ..runtime.scheduler import topological_order
 from ..runtime.synthesis import synthesize
 from ..tools.agents import PromptAgent
 from ..tools.registry import ToolRegistry
+from ._code_roles import uno_escalation
 from .base import Answer, EpisodeStatus, Strategy, Task, register
 
 # primitive -> the agent tool that runs it, and the other tools it needs
@@ -169,6 +175,15 @@ def choose_pair(pairs: list[Pair], lam: float) -> Pair | None:
                 best = row
         return best[2]
     return max(pairs, key=lambda p: p.accuracy) if pairs else None
+
+
+def by_utility(pairs: list[Pair], lam: float) -> list[str]:
+    """The pairs' models, best first by :func:`choose_pair`'s order."""
+    left, order = list(pairs), []
+    while (pick := choose_pair(left, lam)) is not None:
+        order.append(pick.model)
+        left.remove(pick)
+    return order
 
 
 class UnoStep(BaseModel):
@@ -330,6 +345,10 @@ class Uno(Strategy):
             description="cost cap: only pairs whose estimated cost is known and fits it (default: none)")
         max_subtasks: int = Field(default=MAX_SUBTASKS, ge=2, le=MAX_SUBTASKS,
                                   description=f"most subtasks of a decomposition (2 to {MAX_SUBTASKS})")
+        code_examples: bool = Field(default=True, description=(
+            "a code task (a function stub in the prompt): the best-utility (model, direct) pair writes the "
+            "function, and the next pair writes only when the docstring's examples fail"))
+        code_pairs: int = Field(default=2, ge=1, le=8, description="code tasks with examples: most pairs that write")
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
@@ -337,6 +356,9 @@ class Uno(Strategy):
         most = opts.max_subtasks
         xctx = ctx.with_tools(ToolRegistry([*ctx.tools.tools(), DirectPrimitive()]))
         pairs, excluded = admissible_pairs(ctx.pool, xctx.tools, task.prompt, cap)
+        if opts.code_examples and (code := code_plan(task.prompt)) is not None and (
+                ranked := by_utility([p for p in pairs if p.primitive == "direct"], lam)):
+            return await uno_escalation(ctx, task, code, ranked=ranked, most=opts.code_pairs)
         if not pairs:
             return Answer("", status=EpisodeStatus.NO_ADMISSIBLE_PAIR, meta={"excluded": excluded})
         system = msg(
