@@ -1,4 +1,4 @@
-"""How ``para`` and ``spec`` work on a code task (a function stub in the prompt), each in its
+"""How ``uno``, ``para`` and ``spec`` work on a code task (a function stub in the prompt), each in its
 paper's own terms, with the docstring's examples as the test (:mod:`..runtime.code_work`):
 
 * :func:`para_candidates` (ParaManager): the coder agent on each of the pool's strongest models
@@ -9,7 +9,6 @@ paper's own terms, with the docstring's examples as the test (:mod:`..runtime.co
   the coder writes the function, the tester runs the examples on it in the sandbox, and when one
   fails the reviewer reads the function and its failures and says what is wrong; the coder then
   repairs with the failures and the review, and the tester runs again.
-
 * :func:`uno_escalation` (Uno-Orchestra): selective delegation over admissible (model, primitive)
   pairs, the primitive being "write the function as asked": the pair of best accuracy-cost
   utility writes first, and only when its version fails an example does the next pair by utility

@@ -22,9 +22,9 @@ clock (``datetime.now()``), sorted an undefined ``list``, or counted a list of i
 dropped their quantities (``len(['goat', 'three bears', ...])``). The coder reads the task verbatim
 and is prompted to compute.
 
-A code task (a function stub in the prompt; ``code_examples``, on by default) runs as coder
-branches on the strongest models, each checked on the docstring's examples in the sandbox, in
-parallel rounds (:mod:`._code_roles`).
+A code task (a function stub in the prompt; ``code_examples``, on by default; no client tools)
+runs as coder branches on the strongest models, each checked on the docstring's examples in the
+sandbox, in parallel rounds (:mod:`._code_roles`).
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class Para(Strategy):
 
     async def solve(self, task: Task, ctx: RunContext) -> Answer:
         opts = ctx.options_as(self.Options)
-        if opts.code_examples and (code := code_plan(task.prompt)) is not None:
+        if opts.code_examples and ctx.client_tools is None and (code := code_plan(task.prompt)) is not None:
             return await para_candidates(ctx, task, code, width=opts.code_candidates, rounds=opts.code_rounds)
         max_rounds, max_calls = opts.max_rounds, opts.max_calls
         system = msg("system", render(
