@@ -50,10 +50,10 @@ async def topology_candidates(ctx: RunContext, task: Task, plan: CodePlan, *, fi
     status, stopped = EpisodeStatus.OK, ""
     try:
         for index in range(2, rounds + 1):
-            if best(made).check.all_passed:
+            lead = best(made)
+            if lead.check.all_passed:
                 break
             ctx.budget.new_round()
-            lead = best(made)
             work = [write(ctx, task.prompt, plan, model=lead.model, label=f"repair {index} ({lead.model})",
                           repair_of=lead)]
             if index == 2:  # the other models' own first tries, beside the repair
