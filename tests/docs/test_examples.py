@@ -53,6 +53,16 @@ def test_every_block_is_run_or_skipped_with_a_reason() -> None:
     assert sum(reason is None for *_, reason in blocks) >= 10
 
 
+def test_every_skip_marker_sits_right_above_a_bash_block() -> None:
+    """A marker with text between it and its block skips nothing: the block would run after all."""
+    orphans = []
+    for page in sorted(DOCS.rglob("*.md")):
+        lines = page.read_text(encoding="utf-8").splitlines()
+        orphans += [f"{page.relative_to(ROOT)}:{n + 1}" for n, line in enumerate(lines)
+                    if SKIP.fullmatch(line.strip()) and (n + 1 >= len(lines) or lines[n + 1].strip() != "```bash")]
+    assert orphans == []
+
+
 def test_shell_examples_run_as_written(tmp_path: Path, fake_pool: Path) -> None:  # noqa: F811
     work = tmp_path / "checkout"
     shutil.copytree(DOCS, work / "docs", ignore=shutil.ignore_patterns("*.png", "__pycache__"))
