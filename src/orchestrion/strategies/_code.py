@@ -173,10 +173,7 @@ async def proactive_revisions(ctx: RunContext, task: Task, plan: CodePlan, *, mo
                                             label=f"a1 revised: more steps ({lead.model})"))
     except BudgetExceededError as exc:  # the best version so far still answers
         status, stopped, stop = EpisodeStatus.BUDGET_EXCEEDED, str(exc), "budget"
-    chosen = best(made)
-    meta = code_meta(made, chosen, stopped)
-    meta.update(revisions=revisions, stop=stop, done=chosen.check.all_passed)
-    return Answer(code_answer(chosen), status=status, meta=meta)
+    return code_result(made, status, stopped, revisions=revisions, stop=stop, done=best(made).check.all_passed)
 
 
 def _request(latest: Candidate, made: list[Candidate], others: list[str]) -> tuple[str, str]:
@@ -202,6 +199,14 @@ def _revision_schema(asked: str, others: list[str]) -> dict[str, Any]:
     return {"type": "object", "properties": {"action": {"type": "string", "enum": [asked, "complete"]},
                                              "model": {"type": "string", "enum": models}},
             "required": ["action", "model"], "additionalProperties": False}
+
+
+def code_result(made: list[Candidate], status: EpisodeStatus, stopped: str, **extra: Any) -> Answer:
+    """The answer from the best version made, with the shared meta and ``extra``."""
+    chosen = best(made)
+    meta = code_meta(made, chosen, stopped)
+    meta.update(extra)
+    return Answer(code_answer(chosen), status=status, meta=meta)
 
 
 def code_meta(made: list[Candidate], chosen: Candidate, stopped: str) -> dict[str, Any]:

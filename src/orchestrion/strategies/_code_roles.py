@@ -25,11 +25,11 @@ from dataclasses import replace
 from .._errors import BudgetExceededError
 from .._prompts import render
 from ..models.types import msg
-from ..runtime.code_work import Candidate, CodePlan, best, candidate_models, code_answer, write
+from ..runtime.code_work import Candidate, CodePlan, best, candidate_models, write
 from ..runtime.context import RunContext
 from ..runtime.synthesis import direct_config
 from ..status import EpisodeStatus
-from ._code import code_meta
+from ._code import code_result
 from .base import Answer, Task
 
 REVIEW_TOKENS = 200  # a few sentences
@@ -51,10 +51,8 @@ async def uno_escalation(ctx: RunContext, task: Task, plan: CodePlan, *, ranked:
         if not made:
             raise
         status, stopped = EpisodeStatus.BUDGET_EXCEEDED, str(exc)
-    chosen = best(made)
-    meta = code_meta(made, chosen, stopped)
-    meta.update(mode="direct", pairs=[c.label for c in made], escalations=len(made) - 1)
-    return Answer(code_answer(chosen), status=status, meta=meta)
+    return code_result(made, status, stopped, mode="direct", pairs=[c.label for c in made],
+                       escalations=len(made) - 1)
 
 
 async def para_candidates(ctx: RunContext, task: Task, plan: CodePlan, *, width: int, rounds: int) -> Answer:
@@ -80,10 +78,7 @@ async def para_candidates(ctx: RunContext, task: Task, plan: CodePlan, *, width:
         if not made:
             raise
         status, stopped = EpisodeStatus.BUDGET_EXCEEDED, str(exc)
-    chosen = best(made)
-    meta = code_meta(made, chosen, stopped)
-    meta.update(rounds=done_rounds, calls_per_round=len(models))
-    return Answer(code_answer(chosen), status=status, meta=meta)
+    return code_result(made, status, stopped, rounds=done_rounds, calls_per_round=len(models))
 
 
 async def spec_review(ctx: RunContext, task: Task, plan: CodePlan, *, coder: str, reviewer: str,
@@ -116,7 +111,4 @@ async def spec_review(ctx: RunContext, task: Task, plan: CodePlan, *, coder: str
                                         repair_of=lead, review=out.text))
     except BudgetExceededError as exc:
         status, stopped = EpisodeStatus.BUDGET_EXCEEDED, str(exc)
-    chosen = best(made)
-    meta = code_meta(made, chosen, stopped)
-    meta.update(roles=[r["role"] for r in roles], reviews=len(reviews))
-    return Answer(code_answer(chosen), status=status, meta=meta)
+    return code_result(made, status, stopped, roles=[r["role"] for r in roles], reviews=len(reviews))
