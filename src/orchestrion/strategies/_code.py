@@ -35,7 +35,7 @@ from ..models.types import msg
 from ..runtime.code_work import Candidate, CodePlan, best, candidate_models, code_answer, repeats, write
 from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
 from ..status import EpisodeStatus
-from .base import Answer, Task
+from .base import Answer, Task, model_lines
 
 
 async def topology_candidates(ctx: RunContext, task: Task, plan: CodePlan, *, first: str, width: int,
@@ -145,15 +145,14 @@ async def proactive_revisions(ctx: RunContext, task: Task, plan: CodePlan, *, mo
             revisions += 1
             ctx.budget.new_round()
             latest = made[-1]
-            others = [m for m in candidate_models(ctx, latest.model, 8)[1:]]
+            others = candidate_models(ctx, latest.model, len(ctx.pool.names))[1:]
             asked, request = _request(latest, made, others)
             ctx.tracer.event("subagent_request", {"agent": "a1", "asks": asked, "request": request,
                                                   "model": latest.model})
             schema = _revision_schema(asked, others)
             prompt = render("code_revise", function=plan.stub.entry, request=request, versions=_versions(made),
                             actions=f"- {ACTION_HELP[asked]}\n- {ACTION_HELP['complete']}",
-                            models="\n".join(f"- {r['name']} (tier {r['tier']}): {r['description']}"
-                                             for r in ctx.pool.describe()))
+                            models=model_lines(ctx))
             decision = await ctx.decide(CodeRevision, [msg("user", prompt)], json_schema=schema, config=config,
                                         name=f"revision {revisions}")
             act = decision.action

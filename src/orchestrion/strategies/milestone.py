@@ -42,7 +42,7 @@ from ..runtime.protocol import narrow
 from ..runtime.synthesis import synthesize
 from ._code import milestone_repairs
 from ._planning import PlanOptions, ask_plan, fallback_plan
-from .base import Answer, Strategy, Task, register
+from .base import Answer, Strategy, Task, model_lines, register
 
 
 class MilestoneStep(BaseModel):
@@ -63,10 +63,6 @@ class MilestoneStep(BaseModel):
 
 def _tool_lines(ctx: RunContext) -> str:
     return "\n".join(f"- {t.signature()}" for t in ctx.tools.tools())
-
-
-def _model_lines(ctx: RunContext) -> str:
-    return "\n".join(f"- {r['name']} (tier {r['tier']}): {r['description']}" for r in ctx.pool.describe())
 
 
 def _progress(records: list[dict[str, Any]], lines: list[str], keep: int = 10) -> str:
@@ -114,7 +110,7 @@ class Milestone(Strategy):
             return await milestone_repairs(ctx, task, code, model=ctx.pool.executor, max_milestones=opts.max_milestones)
         max_milestones = opts.max_milestones
         max_subtasks = opts.max_subtasks
-        system = msg("system", render("milestone_system", tools=_tool_lines(ctx), models=_model_lines(ctx),
+        system = msg("system", render("milestone_system", tools=_tool_lines(ctx), models=model_lines(ctx),
                                       max_subtasks=max_subtasks))
         step_schema = narrow(MilestoneStep.model_json_schema(), {}, optional=())
         first_schema = narrow(MilestoneStep.model_json_schema(), {}, drop=("done",), optional=())

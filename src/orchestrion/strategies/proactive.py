@@ -59,7 +59,7 @@ from ._proactive_protocol import (
     ProactiveAction,
     decision_schema,
 )
-from .base import Answer, EpisodeStatus, Strategy, Task, register
+from .base import Answer, EpisodeStatus, Strategy, Task, model_lines, register
 
 _BUSY = ("running", "waiting")
 DIRECT_TOOL = "solve_directly"
@@ -138,7 +138,7 @@ class _Episode:
             "proactive_system", wait=wait_line, max_subagents=self.max_subagents, subagent_steps=self.sub_steps,
             max_steps=self.max_steps, max_active=self.max_active,
             tools="\n".join(f"- {t.signature()}" for t in ctx.tools.tools()) or "(none)",
-            models="\n".join(f"- {r['name']} (tier {r['tier']}): {r['description']}" for r in ctx.pool.describe()),
+            models=model_lines(ctx),
         ))
 
     # -- the loop ----------------------------------------------------------------------

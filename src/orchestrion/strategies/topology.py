@@ -58,7 +58,7 @@ from ..status import NodeStatus
 from ..tools.envelope import ToolResult
 from ._code import topology_candidates
 from ._planning import PlanOptions, ask_plan, fallback_plan
-from .base import Answer, Strategy, Task, register
+from .base import Answer, Strategy, Task, model_lines, register
 
 Topology = Literal["parallel", "sequential", "hierarchical", "hybrid"]
 TOPOLOGIES: tuple[str, ...] = get_args(Topology)
@@ -235,7 +235,7 @@ class TopologyStrategy(Strategy):
             task=task.prompt,
             max_subtasks=max_subtasks,
             tools="\n".join(f"- {t.signature()}" for t in ctx.tools.tools()),
-            models="\n".join(f"- {r['name']} (tier {r['tier']}): {r['description']}" for r in ctx.pool.describe()),
+            models=model_lines(ctx),
         )
         outcome = await ask_plan(ctx, [msg("user", prompt)], fallback=fallback_plan(task.prompt),
                                  fix_template="topology_fix", name="decompose", max_subtasks=max_subtasks,
