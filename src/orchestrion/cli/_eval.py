@@ -77,7 +77,8 @@ def register(app: typer.Typer) -> None:
     @friendly
     def eval_cmd(
         dataset: Annotated[str | None, typer.Option(
-            "--dataset", "-d", help="e.g. bigbench:arithmetic/2_digit_multiplication, humaneval, jsonl:PATH")] = None,
+            "--dataset", "-d",
+            help="e.g. bigbench:arithmetic/2_digit_multiplication, humaneval, reasoning-gym:gcd, jsonl:PATH")] = None,
         strategies: Annotated[str | None, typer.Option(
             "--strategies", "-s", help="comma-separated strategy names [default: direct]")] = None,
         limit: Annotated[int | None, typer.Option(

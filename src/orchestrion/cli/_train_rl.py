@@ -36,7 +36,7 @@ def register(app: typer.Typer) -> None:
     @settings_flags(GRPOSettings, GRPO_FLAGS, flags=RENAMED)
     def grpo(
         dataset: Annotated[str, typer.Option(
-            "--dataset", help="tasks: bigbench:TASK or TASK/SUBTASK, humaneval, jsonl:PATH")],
+            "--dataset", help="tasks: bigbench:TASK or TASK/SUBTASK, humaneval, reasoning-gym:FAMILY, jsonl:PATH")],
         pool: PoolOpt = None,
         db: DbOpt = None,
         settings: Annotated[list[str], typer.Option("--set", help="strategy option KEY=VALUE (repeatable)")] = [],  # noqa: B006
