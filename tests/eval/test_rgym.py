@@ -81,3 +81,25 @@ def test_an_unknown_family_is_one_clear_error_with_close_names() -> None:
 def test_the_dataset_list_shows_the_package() -> None:
     info = next(i for i in list_datasets() if i.name == "reasoning-gym")
     assert info.available and "generated families" in info.detail
+
+
+def test_a_reasoning_gym_mix_holds_one_side_and_grades_each_part_by_its_family() -> None:
+    dataset = load_dataset("reasoning-gym-mix:2:puzzle24,chain_sum@test", limit=4)
+    assert len(dataset.tasks) == 4
+    for task in dataset.tasks:
+        assert task.id is not None and task.id.startswith("reasoning-gym-mix:")
+        assert split_of(task.id) == "test" and len(task.metadata["parts"]) == 2
+    task = next(t for t in dataset.tasks if t.metadata["families"][0] == "puzzle24")
+    puzzle = str(task.metadata["parts"][0]["answer"])
+    other = str(task.metadata["parts"][1]["answer"])
+    assert asyncio.run(dataset.scorer(task, f"1: {puzzle}\n2: {other}")).correct
+    assert set(puzzle) <= set("0123456789+ ")  # this sample's first puzzle is a plain sum
+    reordered = " + ".join(reversed([p.strip() for p in puzzle.split("+")]))  # still valid: the checker knows
+    assert asyncio.run(dataset.scorer(task, f"1: {reordered}\n2: {other}")).correct
+    half = asyncio.run(dataset.scorer(task, f"1: 1 + 1\n2: {other}"))
+    assert (half.correct, half.value) == (False, 0.5)
+
+
+def test_a_reasoning_gym_mix_must_name_its_families() -> None:
+    with pytest.raises(ConfigError, match="name the families"):
+        load_dataset("reasoning-gym-mix:2")

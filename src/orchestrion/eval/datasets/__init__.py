@@ -3,6 +3,7 @@
 ``load_dataset(spec)`` accepts ``bigbench:TASK``, ``bigbench:TASK/SUBTASK``,
 ``bigbench:/path/to/task.json``, ``bigbench-mix:K[:FAMILY,...]`` (K questions of different
 families in one prompt, :mod:`.multipart`), ``humaneval``, ``reasoning-gym:FAMILY`` (:mod:`.rgym`),
+``reasoning-gym-mix:K:FAMILY,...``,
 ``jsonl:PATH`` or a path ending in ``.jsonl``. Task ids are stable across loads; ``limit`` keeps the first N
 (after a seeded shuffle when ``seed`` is given; a multi-part dataset draws its examples with the
 seed instead, so its first N are the same for any limit).
@@ -49,7 +50,8 @@ __all__ = [
 ]
 
 SPEC_HELP = ("bigbench:TASK[/SUBTASK], bigbench:/path/task.json, bigbench-mix:K[:FAMILY,...], humaneval, "
-             "reasoning-gym:FAMILY, jsonl:PATH or a .jsonl path, optionally ending in @train or @test; "
+             "reasoning-gym:FAMILY, reasoning-gym-mix:K:FAMILY,..., jsonl:PATH or a .jsonl path, "
+             "optionally ending in @train or @test; "
              "several joined by + make a mixture")
 SPLITS = ("train", "test")
 TRAIN_SHARE = 0.7  # of each dataset's examples, by id hash
@@ -81,7 +83,7 @@ def _split_spec(spec: str) -> tuple[str, str | None]:
 @dataclass
 class Dataset:
     name: str  # the spec as given, e.g. "bigbench:arithmetic/2_digit_addition"
-    kind: str  # "bigbench" | "bigbench-mix" | "humaneval" | "reasoning-gym" | "jsonl" | "mix"
+    kind: str  # "bigbench" | "bigbench-mix" | "humaneval" | "reasoning-gym" | "reasoning-gym-mix" | "jsonl" | "mix"
     tasks: list[Task]
     scorer: Scorer
     split: str | None = None  # "train" | "test" | None (every example)
@@ -112,8 +114,8 @@ def load_dataset(spec: str, *, limit: int | None = None, seed: int | None = None
     full = spec
     spec, split = _split_spec(spec)
     kind, _, ref = spec.strip().partition(":")
-    if kind == multipart.KIND and ref.strip():  # draws its own examples, each from one side
-        tasks = multipart.load_multipart(spec, ref, split, seed=seed, limit=limit, side=split_of)
+    if kind in multipart.LOADERS and ref.strip():  # draws its own examples, each from one side
+        tasks = multipart.load_multipart(spec, ref, split, seed=seed, limit=limit, side=split_of, kind=kind)
         return Dataset(name=full, kind=kind, tasks=tasks, scorer=multipart.PartsScorer(), split=split)
     if kind == "bigbench" and ref.strip():
         tasks, kind = load_bigbench(spec, ref.strip()), "bigbench"
@@ -140,7 +142,7 @@ def _mixture(spec: str, parts: list[str], limit: int | None, seed: int | None) -
     loaded = [load_dataset(p, seed=seed) for p in parts]
     tasks = [t for row in itertools.zip_longest(*(d.tasks for d in loaded)) for t in row if t is not None]
     splits = {d.split for d in loaded}
-    scorer = multipart.PartsScorer() if any(d.kind == multipart.KIND for d in loaded) else AutoScorer()
+    scorer = multipart.PartsScorer() if any(d.kind in multipart.LOADERS for d in loaded) else AutoScorer()
     return Dataset(name=spec, kind="mix", tasks=_select(tasks, limit, None), scorer=scorer,
                    split=splits.pop() if len(splits) == 1 else None)
 

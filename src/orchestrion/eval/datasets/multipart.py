@@ -2,9 +2,11 @@
 numbered in one prompt, and grades each part by its own family's rule.
 
 ``bigbench-mix:K`` draws from :data:`DEFAULT_FAMILIES` (the tuning families of the results tables);
-``bigbench-mix:K:fam1,fam2,...`` names others (at least K). With ``@train`` / ``@test`` every
-question comes from its family's own side of the split, so an ``@test`` example holds only
-``@test`` questions; without a suffix, an example is on the test side when any of its questions is.
+``bigbench-mix:K:fam1,fam2,...`` names others (at least K). ``reasoning-gym-mix:K:fam1,fam2,...``
+does the same with reasoning-gym's generated families (:mod:`.rgym`), which it must name. With
+``@train`` / ``@test`` every question comes from its family's own side of the split, so an ``@test``
+example holds only ``@test`` questions; without a suffix, an example is on the test side when any
+of its questions is.
 
 **Sampling.** Each family's questions are shuffled once, with a seed made of the family's name,
 the side and the dataset seed (so ``bigbench-mix:3`` and ``bigbench-mix:4`` take each family's
@@ -35,10 +37,18 @@ from ...runtime.parts import MULTIPART, parse_parts
 from ...runtime.types import Task
 from ..scorers import AutoScorer, Score
 from .bigbench import load_bigbench
+from .rgym import KIND as RGYM
+from .rgym import load_rgym
 
 KIND = "bigbench-mix"
+RGYM_KIND = f"{RGYM}-mix"
 MODE = MULTIPART  # the example's metadata["scoring"]; each part keeps its own mode
 ID_PREFIX = f"{KIND}:"
+# each kind's loader of one family's questions
+LOADERS: dict[str, Callable[[str], list[Task]]] = {
+    KIND: lambda family: load_bigbench(f"bigbench:{family}", family),
+    RGYM_KIND: lambda family: load_rgym(f"{RGYM}:{family}", family),
+}
 # the tuning families of bench/families.py (TUNING): the library does not import bench/, a test
 # checks that the two lists agree
 DEFAULT_FAMILIES = (
@@ -49,7 +59,7 @@ DEFAULT_FAMILIES = (
 # how each part's line should read, by the part's scoring mode
 FORMS = {"multiple_choice": "one of its options, as (X) option text", "numeric": "a number only",
          "exact": "the answer only, no explanation"}
-_PART_KEYS = ("scoring", "targets", "target_scores", "labels")
+_PART_KEYS = ("scoring", "targets", "target_scores", "labels", "grader", "index")
 
 
 @dataclass(frozen=True)
@@ -58,25 +68,29 @@ class MixSpec:
     families: tuple[str, ...]
 
 
-def parse_spec(ref: str) -> MixSpec:
-    """``K`` or ``K:fam1,fam2,...`` (what follows ``bigbench-mix:``)."""
+def parse_spec(ref: str, kind: str = KIND) -> MixSpec:
+    """``K`` or ``K:fam1,fam2,...`` (what follows ``bigbench-mix:``; ``reasoning-gym-mix:`` needs the names)."""
     count, _, names = ref.strip().partition(":")
     if not count.strip().isdigit() or int(count) < 2:
-        raise ConfigError(f"'{KIND}:{ref}': K must be a whole number of parts, 2 or more, e.g. {KIND}:3")
-    families = tuple(f.strip() for f in names.split(",") if f.strip()) if names.strip() else DEFAULT_FAMILIES
+        raise ConfigError(f"'{kind}:{ref}': K must be a whole number of parts, 2 or more, e.g. {kind}:3")
+    families = tuple(f.strip() for f in names.split(",") if f.strip())
+    if not families and kind == RGYM_KIND:
+        raise ConfigError(f"'{kind}:{ref}': name the families, e.g. {kind}:2:gcd,maze,coin_flip")
+    families = families or DEFAULT_FAMILIES
     if len(set(families)) != len(families):
-        raise ConfigError(f"'{KIND}:{ref}': a family is named twice")
+        raise ConfigError(f"'{kind}:{ref}': a family is named twice")
     if int(count) > len(families):
-        raise ConfigError(f"'{KIND}:{ref}': {count} parts need {count} different families, "
+        raise ConfigError(f"'{kind}:{ref}': {count} parts need {count} different families, "
                           f"{len(families)} given")
     return MixSpec(int(count), families)
 
 
 def part_ids(task_id: str) -> list[str] | None:
     """The ids of a multi-part example's questions; None for any other id."""
-    if not task_id.startswith(ID_PREFIX):
+    prefix = next((f"{k}:" for k in LOADERS if task_id.startswith(f"{k}:")), None)
+    if prefix is None:
         return None
-    return [p for p in task_id[len(ID_PREFIX):].split(",") if p] or None
+    return [p for p in task_id[len(prefix):].split(",") if p] or None
 
 
 def capacity(sizes: list[int], k: int) -> int:
@@ -85,13 +99,13 @@ def capacity(sizes: list[int], k: int) -> int:
 
 
 def load_multipart(spec: str, ref: str, split: str | None, *, seed: int | None, limit: int | None,
-                   side: Callable[[str], str]) -> list[Task]:
-    """The first ``limit`` examples (all of them when None) of ``bigbench-mix:ref``; ``side`` gives a
+                   side: Callable[[str], str], kind: str = KIND) -> list[Task]:
+    """The first ``limit`` examples (all of them when None) of ``KIND:ref``; ``side`` gives a
     question id's side of the split."""
     if limit is not None and limit < 0:
         raise ConfigError(f"limit must be 0 or more, got {limit}")
-    mix = parse_spec(ref)
-    pools = {f: _questions(f, split, seed, side) for f in mix.families}
+    mix = parse_spec(ref, kind)
+    pools = {f: _questions(kind, f, split, seed, side) for f in mix.families}
     empty = [f for f, qs in pools.items() if not qs]
     if empty:
         raise ConfigError(f"dataset '{spec}': no questions on the {split} side of {', '.join(empty)}")
@@ -106,24 +120,25 @@ def load_multipart(spec: str, ref: str, split: str | None, *, seed: int | None, 
         parts = [pools[f][used[f]] for f in chosen]
         for f in chosen:
             used[f] += 1
-        tasks.append(combine(spec, parts, chosen, split))
+        tasks.append(combine(spec, parts, chosen, split, kind))
     return tasks
 
 
-def _questions(family: str, split: str | None, seed: int | None, side: Callable[[str], str]) -> list[Task]:
-    tasks = [t for t in load_bigbench(f"bigbench:{family}", family) if split is None or side(str(t.id)) == split]
+def _questions(kind: str, family: str, split: str | None, seed: int | None,
+               side: Callable[[str], str]) -> list[Task]:
+    tasks = [t for t in LOADERS[kind](family) if split is None or side(str(t.id)) == split]
     random.Random(f"{KIND}|{family}|{split}|{seed or 0}").shuffle(tasks)
     return tasks
 
 
-def combine(spec: str, parts: list[Task], families: list[str], split: str | None) -> Task:
+def combine(spec: str, parts: list[Task], families: list[str], split: str | None, kind: str = KIND) -> Task:
     """One multi-part example of ``parts`` (in that order)."""
-    meta: dict[str, Any] = {"dataset": spec, "task": f"{KIND}:{len(parts)}", "scoring": MODE,
+    meta: dict[str, Any] = {"dataset": spec, "task": f"{kind}:{len(parts)}", "scoring": MODE,
                             "families": families, "parts": [_part_meta(p, f) for p, f in zip(parts, families)]}
     if split is not None:
         meta["split"] = split
     answer = "\n".join(f"{n}: {_shown_answer(p)}" for n, p in enumerate(meta["parts"], 1))
-    task_id = ID_PREFIX + ",".join(str(p.id) for p in parts)
+    task_id = f"{kind}:" + ",".join(str(p.id) for p in parts)
     return Task(prompt=build_prompt(meta["parts"]), id=task_id, answer=answer, metadata=meta)
 
 
@@ -188,5 +203,8 @@ class PartsScorer(AutoScorer):
 
 
 def _part_task(part: dict[str, Any]) -> Task:
+    meta = {k: part[k] for k in _PART_KEYS if k in part}
+    if "grader" in meta:  # a reasoning-gym part: its family's checker needs the family's name
+        meta["family"] = part.get("family")
     return Task(prompt=str(part.get("prompt") or "part"), id=part.get("id"), answer=part.get("answer"),
-                choices=part.get("choices"), metadata={k: part[k] for k in _PART_KEYS if k in part})
+                choices=part.get("choices"), metadata=meta)
