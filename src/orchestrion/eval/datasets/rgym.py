@@ -50,11 +50,13 @@ def family_names() -> list[str]:
 
 
 @functools.lru_cache(maxsize=32)
-def _family(name: str) -> Any:
+def _family(name: str) -> tuple[Any, tuple[dict[str, Any], ...]]:
+    """The family's dataset object (its checker) and its generated entries (some take seconds)."""
     import reasoning_gym
 
     try:
-        return reasoning_gym.create_dataset(name, size=SIZE, seed=SEED)
+        family = reasoning_gym.create_dataset(name, size=SIZE, seed=SEED)
+        return family, tuple(family[i] for i in range(SIZE))
     except Exception as exc:  # the package raises assorted errors for a bad name or configuration
         raise ConfigError(f"reasoning-gym family '{name}' could not be generated: {exc}") from None
 
@@ -66,10 +68,8 @@ def load_rgym(spec: str, name: str) -> list[Task]:
         close = difflib.get_close_matches(name, names, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else "; `orchestrion datasets` says where to look"
         raise ConfigError(f"unknown reasoning-gym family '{name}'{hint}")
-    family = _family(name)
     tasks = []
-    for index in range(SIZE):
-        entry = family[index]
+    for index, entry in enumerate(_family(name)[1]):
         answer = str(entry["answer"]).strip()
         mode = "numeric" if parse_number(answer) is not None else "exact"
         meta: dict[str, Any] = {"dataset": spec, "task": f"{KIND}/{name}", "scoring": mode, "targets": [answer],
@@ -87,5 +87,5 @@ def family_score(task: Task, output: str) -> tuple[float, str | None]:
     stated = extract_answer(output)
     if stated is None:
         return 0.0, None
-    family = _family(name)
-    return float(family.score_answer(stated, family[index])), stated
+    family, entries = _family(name)
+    return float(family.score_answer(stated, entries[index])), stated
