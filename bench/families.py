@@ -28,6 +28,10 @@ and the answer follows from it by a fixed procedure (arithmetic, a conversion, a
 When a held-out family's traces are read to find out why it failed, or its result leads to a change,
 that family moves to ``MOVED_TO_TUNING`` with the reason, and the next family of the same group in
 the seeded order (:func:`drawn`, which is computed as at the draw) takes its place.
+
+BIG-bench's task files left PyPI on 2026-12-07; ``bench/families_rgym.py`` holds a second held-out
+list, drawn by the same kind of rule from reasoning-gym's generated families, which any machine can
+reproduce offline. The tuning families above are the tuning families of both.
 """
 
 from __future__ import annotations
