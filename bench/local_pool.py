@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from _fragment import tee_fragment
-from pool_report import STRONGEST, dataset_of, fmt, report, row, scores
+from pool_report import STRONGEST, dataset_of, fmt, heldout_checks, report, row, scores
 from train_arms import train_arm_lines
 
 from orchestrion import ConfigError, EvalConfig, Pool, TraceStore, run_eval, summarize
@@ -231,7 +231,9 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
             label, run_id = await one(task, "test", args.limit, strategy, model)
             if run_id:
                 runs[task][label] = (run_id, strategy)
-    report(store, runs, args)
+    by_task = report(store, runs, args)
+    if getattr(args, "program_decides", None) is not None:  # a held-out list: its acceptance lines
+        heldout_checks(by_task, args.program_decides)
     arms = train_arm_lines(store, learned, f"direct on {STRONGEST}", scores)
     if arms:
         print(f"\n**What auto learned from: each arm on the @train sample ({args.train} per task), paired by "
@@ -278,10 +280,15 @@ async def main() -> None:
     if args.tasks in ("tuning", "heldout"):  # the lists of bench/families.py
         from families import HELD_OUT, MOVED_TO_TUNING, TUNING, TUNING_EXTRA
 
+        if args.tasks == "heldout":
+            from families import PROGRAM_DECIDES
+
+            args.program_decides = PROGRAM_DECIDES
         args.tasks = ",".join(HELD_OUT if args.tasks == "heldout" else [*TUNING, *TUNING_EXTRA, *MOVED_TO_TUNING])
     elif args.tasks == "heldout-rgym":  # bench/families_rgym.py: generated offline, no fetch needed
         import families_rgym
 
+        args.program_decides = families_rgym.PROGRAM_DECIDES
         args.tasks = ",".join(f"reasoning-gym:{name}" for name in families_rgym.RUN_ORDER)
     args.history = [s for s in args.history.split(",") if s]
     args.table = [s for s in args.table.split(",") if s]

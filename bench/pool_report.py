@@ -121,8 +121,11 @@ def verdict(diff: float, se: float, n: int) -> str:
     return f"BELOW direct minus 1 se ({diff:+.2f} ± {se:.2f})"
 
 
-def report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]], args: argparse.Namespace) -> None:
+def report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]],
+           args: argparse.Namespace) -> dict[str, dict[str, tuple[float, float]]]:
+    """Print the tables; return each row's paired difference from direct on the 1.5B, by task."""
     base_label = f"direct on {STRONGEST}"
+    by_task: dict[str, dict[str, tuple[float, float]]] = {}
     per_task: dict[str, list[dict[str, Any]]] = {}
     verdicts: list[str] = []
     diffs: dict[str, list[tuple[float, float]]] = {}
@@ -139,13 +142,14 @@ def report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]], args:
             if label != base_label and base and label in units:  # a run with no episode yet has no difference
                 diff, se, n = paired_difference(scores(store, run_id, strategy), base)
                 diffs.setdefault(label, []).append((diff, se))
+                by_task.setdefault(label, {})[task] = (diff, se)
                 if strategy != "direct":
                     verdicts.append(f"| {task} | {label} | {verdict(diff, se, n)} |")
         per_task[task] = rows
         print(fmt(rows, f"{dataset_of(task)}@test, {args.limit} examples (fewer where n says so), seed {args.seed}"),
               flush=True)
     if not per_task:
-        return
+        return by_task
     avg = average(per_task)
     print(fmt(avg, "Mean over tasks (se: combined from the per-task standard errors)"))
     print("\n**Against direct on the 1.5B model, paired by example** (mean over tasks of the per-task "
@@ -164,6 +168,24 @@ def report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]], args:
     print("| task | strategy | verdict |\n|---|---|---|")
     print("\n".join(verdicts))
     plot(avg, args.out / "accuracy_cost.png")
+    return by_task
+
+
+def heldout_checks(by_task: dict[str, dict[str, tuple[float, float]]], program_decides: set[str]) -> None:
+    """The held-out acceptance lines, computed: no family below direct by more than 1 se, a mean gain of
+    at least +0.10, and at least +0.20 on each family whose answer a short program computes."""
+    print("\n**Held-out checks** (each row against direct on the 1.5B model, paired; families run so far)\n")
+    print("| row | families | below direct by > 1 se | mean gain (≥ +0.10) | program-decides families at ≥ +0.20 |")
+    print("|---|---|---|---|---|")
+    for label, per in by_task.items():
+        if label.startswith("direct on "):
+            continue
+        below = [t for t, (d, se) in per.items() if d < -se]
+        mean = sum(d for d, _ in per.values()) / len(per)
+        decides = {t: d for t, (d, _) in per.items() if t.split(":")[-1] in program_decides}
+        high = sum(1 for d in decides.values() if d >= 0.20)
+        print(f"| {label} | {len(per)} | {', '.join(below) or 'none'} | {mean:+.3f} "
+              f"({'met' if mean >= 0.10 else 'not met'}) | {high} of {len(decides)} |")
 
 
 def _print_out_of_format(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]]) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.bench import load_bench
 
 pool_report = load_bench("pool_report")
@@ -15,3 +17,16 @@ def test_verdicts_have_a_two_se_tier_above_the_one_se_one() -> None:
     assert verdict(-0.05, 0.05, 20) == "not below direct minus 1 se (-0.05 ± 0.05)"  # exactly -1 se
     assert verdict(-0.2, 0.05, 20).startswith("BELOW direct minus 1 se")
     assert verdict(0.5, 0.0, 1) == "too few examples to judge"
+
+
+def test_the_held_out_checks_are_computed_from_the_paired_differences(capsys: pytest.CaptureFixture[str]) -> None:
+    by_task = {
+        "direct on qwen2.5-coder-1.5b": {"reasoning-gym:gcd": (0.0, 0.0)},
+        "auto (local pool)": {"reasoning-gym:gcd": (0.25, 0.05), "reasoning-gym:maze": (0.15, 0.05),
+                              "reasoning-gym:aiw": (-0.10, 0.05)},
+    }
+    pool_report.heldout_checks(by_task, {"gcd", "maze"})
+    lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| auto")]
+    assert lines == ["| auto (local pool) | 3 | reasoning-gym:aiw | +0.100 (met) | 1 of 2 |"]
+    pool_report.heldout_checks({"para": {"matrixshapes": (0.02, 0.05)}}, {"matrixshapes"})
+    assert "| para | 1 | none | +0.020 (not met) | 0 of 1 |" in capsys.readouterr().out
