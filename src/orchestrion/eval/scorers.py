@@ -206,7 +206,7 @@ class AutoScorer:
 
     async def __call__(self, task: Task, output: str) -> Score:
         score = await self.by_mode[scoring_mode(task)](task, output)
-        if task.metadata.get("grader") == "reasoning-gym" and not score.correct:
+        if task.metadata.get("grader") == "reasoning-gym" and not score.correct:  # datasets.rgym.GRADER
             return family_checked(task, output, score)
         return score
 

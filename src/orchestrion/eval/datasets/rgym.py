@@ -1,9 +1,11 @@
 """Families of reasoning-gym (the ``reasoning-gym`` package): generated tasks, graded by their own checker.
 
 ``reasoning-gym:NAME`` is :data:`SIZE` examples of the package's family ``NAME``, generated with
-:data:`SEED` under its default configuration. Generation needs no network and gives the same
-questions every time for one package version (the version is pinned by the ``eval`` extra), so task
-ids (``reasoning-gym/NAME/I``) and the ``@train``/``@test`` split by id are stable like a file's.
+:data:`SEED` under its default configuration. Generation needs no network and, for one package
+version (pinned by the ``eval`` extra), gives the same questions every time, so task ids
+(``reasoning-gym/NAME/I``) and the ``@train``/``@test`` split by id are stable like a file's. A few
+families follow Python's hash order as they generate (``isomorphic_strings``, ``ransom_note``) and
+differ between processes unless ``PYTHONHASHSEED`` is fixed; ``bench/families_rgym.py`` leaves them out.
 
 Each prompt is the family's question followed by how to state the answer ("Answer: ..."). A
 reference that reads as a number is graded as a number; any other by exact match after
