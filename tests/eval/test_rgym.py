@@ -103,3 +103,11 @@ def test_a_reasoning_gym_mix_holds_one_side_and_grades_each_part_by_its_family()
 def test_a_reasoning_gym_mix_must_name_its_families() -> None:
     with pytest.raises(ConfigError, match="name the families"):
         load_dataset("reasoning-gym-mix:2")
+
+
+def test_a_family_that_follows_hash_order_needs_a_fixed_hash_seed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PYTHONHASHSEED", raising=False)
+    with pytest.raises(ConfigError, match="PYTHONHASHSEED=0"):
+        load_dataset("reasoning-gym:ransom_note")
+    monkeypatch.setenv("PYTHONHASHSEED", "0")
+    assert len(load_dataset("reasoning-gym:ransom_note").tasks) == SIZE

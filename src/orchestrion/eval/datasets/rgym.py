@@ -5,7 +5,8 @@
 version (pinned by the ``eval`` extra), gives the same questions every time, so task ids
 (``reasoning-gym/NAME/I``) and the ``@train``/``@test`` split by id are stable like a file's. A few
 families follow Python's hash order as they generate (``isomorphic_strings``, ``ransom_note``) and
-differ between processes unless ``PYTHONHASHSEED`` is fixed; ``bench/families_rgym.py`` leaves them out.
+differ between processes unless ``PYTHONHASHSEED`` is fixed: loading one without it is an error that
+says so (``bench/families_rgym.py`` leaves them out).
 
 Each prompt is the family's question followed by how to state the answer ("Answer: ..."). A
 reference that reads as a number is graded as a number; any other by exact match after
@@ -20,6 +21,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib.util
+import os
 from typing import Any
 
 from ..._errors import ConfigError
@@ -32,6 +34,8 @@ GRADER = "reasoning-gym"  # metadata["grader"]: AutoScorer also asks the family'
 SIZE = 100  # examples per family: about 70 on @train and 30 on @test
 SEED = 35  # the generation seed of every family
 INSTALL_HINT = "install it with `pip install 'orchestrion[eval]'` (package reasoning-gym)"
+# families whose questions follow Python's hash order (found by generating them under two hash seeds)
+HASH_ORDERED = frozenset({"isomorphic_strings", "ransom_note"})
 
 
 def available() -> bool:
@@ -70,6 +74,9 @@ def load_rgym(spec: str, name: str) -> list[Task]:
         close = difflib.get_close_matches(name, names, n=3)
         hint = f"; did you mean {', '.join(close)}?" if close else "; `orchestrion datasets` says where to look"
         raise ConfigError(f"unknown reasoning-gym family '{name}'{hint}")
+    if name in HASH_ORDERED and os.environ.get("PYTHONHASHSEED", "random") == "random":
+        raise ConfigError(f"reasoning-gym family '{name}' generates different questions in each process "
+                          "(it follows Python's hash order); set PYTHONHASHSEED=0 to make them reproducible")
     tasks = []
     for index, entry in enumerate(_family(name)[1]):
         answer = str(entry["answer"]).strip()
