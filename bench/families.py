@@ -128,28 +128,37 @@ def candidates(root: Path) -> dict[str, str]:
 
 def drawn(root: Path) -> dict[str, list[str]]:
     """Each group's families in the seeded order the held-out list takes them from."""
+    return shuffled_groups(candidates(root))
+
+
+def shuffled_groups(found: dict[str, str]) -> dict[str, list[str]]:
+    """The families of ``found`` (name: group) by group, in ``found``'s order, each group shuffled
+    with :data:`SEED`."""
     groups: dict[str, list[str]] = {"math": [], "other": []}
-    for name, kind in candidates(root).items():
+    for name, kind in found.items():
         groups[kind].append(name)
     for names in groups.values():
         random.Random(SEED).shuffle(names)
     return groups
 
 
+def print_draw(groups: dict[str, list[str]], held_out: list[str], moved: dict[str, str]) -> None:
+    """The seeded order of each group, marked, and whether ``held_out`` is the rule's pick."""
+    for group, names in groups.items():
+        print(f"{group} group, seeded order ({len(names)}):")
+        for i, name in enumerate(names):
+            mark = ("held-out" if name in held_out else f"moved to tuning: {moved[name]}" if name in moved else "")
+            print(f"  {i + 1:2d}. {name} {mark}")
+    picked = [n for names in groups.values() for n in [m for m in names if m not in moved][:PER_GROUP]]
+    print("the rule's pick matches the held-out list" if set(picked) == set(held_out) else
+          f"the held-out list differs from the rule's pick: {sorted(set(picked) ^ set(held_out))}")
+
+
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from orchestrion.eval.datasets._fetch import require_tasks_dir
 
-    groups = drawn(require_tasks_dir())
-    for group, names in groups.items():
-        print(f"{group} group, seeded order ({len(names)}):")
-        for i, name in enumerate(names):
-            mark = ("held-out" if name in HELD_OUT else
-                    f"moved to tuning: {MOVED_TO_TUNING[name]}" if name in MOVED_TO_TUNING else "")
-            print(f"  {i + 1:2d}. {name} {mark}")
-    picked = [n for names in groups.values() for n in [m for m in names if m not in MOVED_TO_TUNING][:PER_GROUP]]
-    print("the rule's pick matches HELD_OUT" if set(picked) == set(HELD_OUT) else
-          f"HELD_OUT differs from the rule's pick: {sorted(set(picked) ^ set(HELD_OUT))}")
+    print_draw(drawn(require_tasks_dir()), HELD_OUT, MOVED_TO_TUNING)
 
 
 if __name__ == "__main__":

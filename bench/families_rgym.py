@@ -33,15 +33,13 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import subprocess
 import sys
 from pathlib import Path
 
-from families import NAMED, TUNING, TUNING_EXTRA
+from families import NAMED, TUNING, TUNING_EXTRA, print_draw, shuffled_groups
 
 MATH_MODULES = {"arithmetic", "algorithmic", "algebra", "geometry", "probability", "code"}
-SEED = 35
 PER_GROUP = 6
 TIMEOUT_S = 60
 MOVED_TO_TUNING: dict[str, str] = {}
@@ -124,29 +122,16 @@ def candidates(names: list[str], progress: bool = False) -> dict[str, str]:
 
 
 def drawn(found: dict[str, str]) -> dict[str, list[str]]:
-    """Each group's families in the seeded order the held-out list takes them from."""
-    groups: dict[str, list[str]] = {"math": [], "other": []}
-    for name, kind in sorted(found.items()):
-        groups[kind].append(name)
-    for names in groups.values():
-        random.Random(SEED).shuffle(names)
-    return groups
+    """Each group's families in the seeded order the held-out list takes them from (names sorted
+    first, so the order does not depend on how the package lists them)."""
+    return shuffled_groups(dict(sorted(found.items())))
 
 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from orchestrion.eval.datasets.rgym import family_names
 
-    groups = drawn(candidates(family_names(), progress=True))
-    for group, names in groups.items():
-        print(f"{group} group, seeded order ({len(names)}):")
-        for i, name in enumerate(names):
-            mark = ("held-out" if name in HELD_OUT else
-                    f"moved to tuning: {MOVED_TO_TUNING[name]}" if name in MOVED_TO_TUNING else "")
-            print(f"  {i + 1:2d}. {name} {mark}")
-    picked = [n for names in groups.values() for n in [m for m in names if m not in MOVED_TO_TUNING][:PER_GROUP]]
-    print("the rule's pick matches HELD_OUT" if set(picked) == set(HELD_OUT) else
-          f"HELD_OUT differs from the rule's pick: {sorted(set(picked) ^ set(HELD_OUT))}")
+    print_draw(drawn(candidates(family_names(), progress=True)), HELD_OUT, MOVED_TO_TUNING)
 
 
 if __name__ == "__main__":
