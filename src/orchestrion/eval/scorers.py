@@ -215,7 +215,7 @@ def family_checked(task: Task, output: str, score: Score) -> Score:
     """A reasoning-gym task's score: right when its family's own checker gives the stated answer full
     marks (it accepts every valid answer where a family has several), else ``score``. Partial marks
     (some checkers give 0.01 to any well-formed answer) are not counted."""
-    from .datasets.rgym import family_score
+    from ._rgym import family_score
 
     value, stated = family_score(task, output)
     if value < 1.0:

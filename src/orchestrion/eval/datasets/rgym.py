@@ -19,20 +19,21 @@ as wrong).
 from __future__ import annotations
 
 import difflib
-import functools
 import importlib.util
 import os
 from typing import Any
 
 from ..._errors import ConfigError
-from ..._text import extract_answer, parse_number
+from ..._text import parse_number
 from ...runtime.types import Task
+from .._rgym import SEED, SIZE, generated
 from ._base import HINTS
+
+__all__ = ["GRADER", "HASH_ORDERED", "INSTALL_HINT", "KIND", "SEED", "SIZE", "available", "family_names",
+           "load_rgym"]
 
 KIND = "reasoning-gym"
 GRADER = "reasoning-gym"  # metadata["grader"]: AutoScorer also asks the family's own checker
-SIZE = 100  # examples per family: about 70 on @train and 30 on @test
-SEED = 35  # the generation seed of every family
 INSTALL_HINT = "install it with `pip install 'orchestrion[eval]'` (package reasoning-gym)"
 # families whose questions follow Python's hash order (found by generating them under two hash seeds)
 HASH_ORDERED = frozenset({"isomorphic_strings", "ransom_note"})
@@ -55,18 +56,6 @@ def family_names() -> list[str]:
     return sorted(DATASETS)
 
 
-@functools.lru_cache(maxsize=32)
-def _family(name: str) -> tuple[Any, tuple[dict[str, Any], ...]]:
-    """The family's dataset object (its checker) and its generated entries (some take seconds)."""
-    import reasoning_gym
-
-    try:
-        family = reasoning_gym.create_dataset(name, size=SIZE, seed=SEED)
-        return family, tuple(family[i] for i in range(SIZE))
-    except Exception as exc:  # the package raises assorted errors for a bad name or configuration
-        raise ConfigError(f"reasoning-gym family '{name}' could not be generated: {exc}") from None
-
-
 def load_rgym(spec: str, name: str) -> list[Task]:
     """The :data:`SIZE` tasks of family ``name``."""
     names = family_names()
@@ -78,7 +67,7 @@ def load_rgym(spec: str, name: str) -> list[Task]:
         raise ConfigError(f"reasoning-gym family '{name}' generates different questions in each process "
                           "(it follows Python's hash order); set PYTHONHASHSEED=0 to make them reproducible")
     tasks = []
-    for index, entry in enumerate(_family(name)[1]):
+    for index, entry in enumerate(generated(name)[1]):
         answer = str(entry["answer"]).strip()
         mode = "numeric" if parse_number(answer) is not None else "exact"
         meta: dict[str, Any] = {"dataset": spec, "task": f"{KIND}/{name}", "scoring": mode, "targets": [answer],
@@ -86,15 +75,3 @@ def load_rgym(spec: str, name: str) -> list[Task]:
         prompt = f"{str(entry['question']).strip()}\n\n{HINTS[mode]}"
         tasks.append(Task(prompt=prompt, id=f"{KIND}/{name}/{index}", answer=answer, metadata=meta))
     return tasks
-
-
-def family_score(task: Task, output: str) -> tuple[float, str | None]:
-    """What the family's own checker gives the answer stated in ``output`` (0 when none is stated)."""
-    name, index = task.metadata.get("family"), task.metadata.get("index")
-    if not isinstance(name, str) or not isinstance(index, int):
-        raise ConfigError(f"task {task.id!r} is not a reasoning-gym task (no family and index in its metadata)")
-    stated = extract_answer(output)
-    if stated is None:
-        return 0.0, None
-    family, entries = _family(name)
-    return float(family.score_answer(stated, entries[index])), stated
