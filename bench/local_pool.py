@@ -277,19 +277,7 @@ async def main() -> None:
                     help="also write the printed tables to PATH (markdown), headed by the command, commit, date "
                          "and machine; written only when the run ends without an error")
     args = ap.parse_args()
-    if args.tasks in ("tuning", "heldout"):  # the lists of bench/families.py
-        from families import HELD_OUT, MOVED_TO_TUNING, TUNING, TUNING_EXTRA
-
-        if args.tasks == "heldout":
-            from families import PROGRAM_DECIDES
-
-            args.program_decides = PROGRAM_DECIDES
-        args.tasks = ",".join(HELD_OUT if args.tasks == "heldout" else [*TUNING, *TUNING_EXTRA, *MOVED_TO_TUNING])
-    elif args.tasks == "heldout-rgym":  # bench/families_rgym.py: generated offline, no fetch needed
-        import families_rgym
-
-        args.program_decides = families_rgym.PROGRAM_DECIDES
-        args.tasks = ",".join(f"reasoning-gym:{name}" for name in families_rgym.RUN_ORDER)
+    _expand_lists(args)
     args.history = [s for s in args.history.split(",") if s]
     args.table = [s for s in args.table.split(",") if s]
     args.limit_for = {k: int(v) for k, _, v in (p.partition("=") for p in args.limit_for.split(",") if p)}
@@ -306,6 +294,25 @@ async def main() -> None:
             await table(args, store, state, state_path)
     finally:
         store.close()
+
+
+def _expand_lists(args: argparse.Namespace) -> None:
+    """``--tasks tuning``, ``heldout`` or ``heldout-rgym`` as their families; a list made only of one
+    held-out list's families (all or some) also gets that list's held-out acceptance lines."""
+    import families
+    import families_rgym
+
+    if args.tasks in ("tuning", "heldout"):
+        args.tasks = ",".join(families.HELD_OUT if args.tasks == "heldout" else
+                              [*families.TUNING, *families.TUNING_EXTRA, *families.MOVED_TO_TUNING])
+    elif args.tasks == "heldout-rgym":  # generated offline: no fetch needed
+        args.tasks = ",".join(f"reasoning-gym:{name}" for name in families_rgym.RUN_ORDER)
+    names = [t for t in args.tasks.split(",") if t and t != "none"]
+    if names and all(t in families.HELD_OUT for t in names):
+        args.program_decides = families.PROGRAM_DECIDES
+    elif names and all(t.startswith("reasoning-gym:") and t.split(":", 1)[1] in families_rgym.HELD_OUT
+                       for t in names):
+        args.program_decides = families_rgym.PROGRAM_DECIDES
 
 
 def run_main(entry: Callable[[], Coroutine[Any, Any, None]] | None = None) -> int:
