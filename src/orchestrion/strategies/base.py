@@ -11,12 +11,17 @@ from ..runtime.options import StrategyOptions, check_pool_models
 from ..runtime.types import Answer, EpisodeStatus, Task
 
 # Task, Answer and EpisodeStatus live in runtime.types; re-exported here for existing imports
-__all__ = ["Answer", "EpisodeStatus", "Strategy", "Task", "model_lines", "register"]
+__all__ = ["Answer", "EpisodeStatus", "Strategy", "Task", "model_lines", "register", "tool_lines"]
 
 
 def model_lines(ctx: RunContext) -> str:
     """The pool's models as a prompt lists them: one ``- name (tier N): description`` line each."""
     return "\n".join(f"- {r['name']} (tier {r['tier']}): {r['description']}" for r in ctx.pool.describe())
+
+
+def tool_lines(ctx: RunContext) -> str:
+    """The episode's tools as a prompt lists them: one ``- signature`` line each ("" when none)."""
+    return "\n".join(f"- {t.signature()}" for t in ctx.tools.tools())
 
 
 class Strategy(ABC):

@@ -42,7 +42,7 @@ from ..runtime.protocol import narrow
 from ..runtime.synthesis import synthesize
 from ._code import milestone_repairs
 from ._planning import PlanOptions, ask_plan, fallback_plan
-from .base import Answer, Strategy, Task, model_lines, register
+from .base import Answer, Strategy, Task, model_lines, register, tool_lines
 
 
 class MilestoneStep(BaseModel):
@@ -59,10 +59,6 @@ class MilestoneStep(BaseModel):
         if not self.done and not self.milestone.strip():
             raise ValueError("milestone is empty: name the next milestone, or set done to true")
         return self
-
-
-def _tool_lines(ctx: RunContext) -> str:
-    return "\n".join(f"- {t.signature()}" for t in ctx.tools.tools())
 
 
 def _progress(records: list[dict[str, Any]], lines: list[str], keep: int = 10) -> str:
@@ -110,7 +106,7 @@ class Milestone(Strategy):
             return await milestone_repairs(ctx, task, code, model=ctx.pool.executor, max_milestones=opts.max_milestones)
         max_milestones = opts.max_milestones
         max_subtasks = opts.max_subtasks
-        system = msg("system", render("milestone_system", tools=_tool_lines(ctx), models=model_lines(ctx),
+        system = msg("system", render("milestone_system", tools=tool_lines(ctx), models=model_lines(ctx),
                                       max_subtasks=max_subtasks))
         step_schema = narrow(MilestoneStep.model_json_schema(), {}, optional=())
         first_schema = narrow(MilestoneStep.model_json_schema(), {}, drop=("done",), optional=())

@@ -50,7 +50,7 @@ from ..runtime.synthesis import Evidence, synthesize
 from ..tools.agents import ORIGINAL_MAX_CHARS
 from ..tools.envelope import ToolResult
 from ._code_roles import para_candidates
-from .base import Answer, Strategy, Task, register
+from .base import Answer, Strategy, Task, register, tool_lines
 
 
 class Call(BaseModel):
@@ -140,7 +140,7 @@ class Para(Strategy):
         system = msg("system", render(
             "para_system",
             max_calls=max_calls,
-            tools="\n".join(f"- {t.signature()}" for t in ctx.tools.tools()),
+            tools=tool_lines(ctx),
             models="\n".join(_model_line(row) for row in ctx.pool.describe()),
         ))
         schema_cls = para_action(max_calls)

@@ -59,7 +59,7 @@ from ._proactive_protocol import (
     ProactiveAction,
     decision_schema,
 )
-from .base import Answer, EpisodeStatus, Strategy, Task, model_lines, register
+from .base import Answer, EpisodeStatus, Strategy, Task, model_lines, register, tool_lines
 
 _BUSY = ("running", "waiting")
 DIRECT_TOOL = "solve_directly"
@@ -137,7 +137,7 @@ class _Episode:
         self.system = msg("system", render(
             "proactive_system", wait=wait_line, max_subagents=self.max_subagents, subagent_steps=self.sub_steps,
             max_steps=self.max_steps, max_active=self.max_active,
-            tools="\n".join(f"- {t.signature()}" for t in ctx.tools.tools()) or "(none)",
+            tools=tool_lines(ctx) or "(none)",
             models=model_lines(ctx),
         ))
 

@@ -58,7 +58,7 @@ from ..status import NodeStatus
 from ..tools.envelope import ToolResult
 from ._code import topology_candidates
 from ._planning import PlanOptions, ask_plan, fallback_plan
-from .base import Answer, Strategy, Task, model_lines, register
+from .base import Answer, Strategy, Task, model_lines, register, tool_lines
 
 Topology = Literal["parallel", "sequential", "hierarchical", "hybrid"]
 TOPOLOGIES: tuple[str, ...] = get_args(Topology)
@@ -234,7 +234,7 @@ class TopologyStrategy(Strategy):
             "topology_decompose",
             task=task.prompt,
             max_subtasks=max_subtasks,
-            tools="\n".join(f"- {t.signature()}" for t in ctx.tools.tools()),
+            tools=tool_lines(ctx),
             models=model_lines(ctx),
         )
         outcome = await ask_plan(ctx, [msg("user", prompt)], fallback=fallback_plan(task.prompt),

@@ -43,7 +43,6 @@ from .rgym import load_rgym
 KIND = "bigbench-mix"
 RGYM_KIND = f"{RGYM}-mix"
 MODE = MULTIPART  # the example's metadata["scoring"]; each part keeps its own mode
-ID_PREFIX = f"{KIND}:"
 # each kind's loader of one family's questions
 LOADERS: dict[str, Callable[[str], list[Task]]] = {
     KIND: lambda family: load_bigbench(f"bigbench:{family}", family),
