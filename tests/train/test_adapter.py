@@ -154,6 +154,24 @@ def test_conversion_errors_name_the_problem(tmp_path: Path, base: Path, tensors:
         peft_to_gguf(d, base_gguf=base)
 
 
+def test_the_base_is_read_once_per_file_version(tmp_path: Path) -> None:
+    """gguf parses the whole vocabulary: a GRPO step must not pay that again for the same base file."""
+    import os
+
+    path = _fake_base(tmp_path / "b.gguf")
+    first = read_base(path)
+    assert read_base(path) is first and first.n_head == N_HEAD
+    with pytest.raises(TypeError):
+        first.tensor_shapes["x"] = (1, 1)  # type: ignore[index]  # shared between callers: read-only
+    _fake_base(path, general_type="adapter")
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # a new version of the file
+    again = read_base(path)
+    assert again is not first and again == first  # read again, same header
+    with pytest.raises(ConfigError, match="cannot read as GGUF"):
+        read_base(tmp_path / "missing.gguf")
+
+
 def test_dora_is_refused(tmp_path: Path, base: Path) -> None:
     d = _fake_peft(tmp_path / "dora", _lora("q_proj", 0, N_HEAD * HEAD_DIM, HIDDEN), use_dora=True)
     with pytest.raises(ConfigError, match="DoRA"):

@@ -18,11 +18,14 @@ directory, converts) it; :mod:`orchestrion.train.adapter` re-exports it for trai
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from .._errors import ConfigError
@@ -56,7 +59,7 @@ class BaseShape:
     arch: str
     n_head: int
     n_head_kv: int
-    tensor_shapes: dict[str, tuple[int, int]]  # name -> (out, in), numpy order
+    tensor_shapes: Mapping[str, tuple[int, int]]  # name -> (out, in), numpy order (read-only: shared)
 
 
 def permute_rows(weights: np.ndarray, n_head: int, n_head_kv: int | None = None) -> np.ndarray:
@@ -73,11 +76,26 @@ def permute_rows(weights: np.ndarray, n_head: int, n_head_kv: int | None = None)
 
 
 def read_base(gguf_path: str | Path) -> BaseShape:
-    """Architecture, head counts and 2-D tensor shapes of a base GGUF model (header only)."""
+    """Architecture, head counts and 2-D tensor shapes of a base GGUF model (header only).
+
+    gguf's reader parses every metadata field, the whole vocabulary included (about 5 s for
+    SmolLM2 here), so the answer is kept per file, keyed on its size and modification time:
+    a GRPO run converts its adapter at every step against the same base.
+    """
+    path = Path(gguf_path)
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise ConfigError(f"{gguf_path}: cannot read as GGUF ({exc})") from None
+    return _read_base(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_base(gguf_path: str, _size: int, _mtime_ns: int) -> BaseShape:
     import gguf
 
     try:
-        reader = gguf.GGUFReader(str(gguf_path))
+        reader = gguf.GGUFReader(gguf_path)
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{gguf_path}: cannot read as GGUF ({exc})") from None
     arch = _field(reader, "general.architecture")
@@ -88,7 +106,7 @@ def read_base(gguf_path: str | Path) -> BaseShape:
     if not isinstance(n_head, int) or not isinstance(n_head_kv, int):
         raise ConfigError(f"{gguf_path}: no {arch}.attention.head_count in the GGUF metadata")
     shapes = {t.name: (int(t.shape[1]), int(t.shape[0])) for t in reader.tensors if len(t.shape) == 2}
-    return BaseShape(arch=arch, n_head=n_head, n_head_kv=n_head_kv, tensor_shapes=shapes)
+    return BaseShape(arch=arch, n_head=n_head, n_head_kv=n_head_kv, tensor_shapes=MappingProxyType(shapes))
 
 
 def _field(reader: Any, key: str, default: Any = None) -> Any:
