@@ -286,15 +286,42 @@ def test_prompt_is_decoded_in_aligned_chunks_after_the_reused_prefix() -> None:
     prompt = list(range(140)) + [999] * 60
     llm = _EvalLlm(list(range(150)))  # the live context shares 140 tokens: reuse is cut to 128
     model = LlamaCppModel("m", state_cache=0, prefix_cache=False)
-    model.prefix.decoded(150)  # as if a call of 150 prompt tokens had left them there
+    model.prefix.decoded(150, 0)  # as if a call of 150 prompt tokens (no static head) had left them there
     reused, _ = model._prepare_prompt(llm, prompt, BUDGET.epoch)
     assert reused == 128 and llm.chunks == [(128, 64), (192, 8)]
     assert llm.n_tokens == 200 and llm.input_ids[:200].tolist() == prompt
     failing = _EvalLlm(list(range(150)), fail_after_prefix=True)  # e.g. a state that did not load
     model = LlamaCppModel("m", state_cache=0, prefix_cache=False)
-    model.prefix.decoded(150)
+    model.prefix.decoded(150, 0)
     reused, _ = model._prepare_prompt(failing, prompt, BUDGET.epoch)
     assert reused == 0 and failing.chunks == [(0, 64), (64, 64), (128, 64), (192, 8)]
+
+
+def test_a_static_head_ends_a_chunk_so_the_next_prompt_reuses_all_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks end at multiples of 64 and at the head, fresh or cached: the head's state is exact
+    to its last token, and a prompt with the same head decodes only its own part."""
+    from orchestrion.models import _prefix
+    from orchestrion.models._threads import BUDGET
+
+    def fake_save(llm: _EvalLlm, exact: int | None = None, head: int = 0) -> KVState:
+        return KVState(tokens=tuple(llm.input_ids[: llm.n_tokens].tolist()), data=b"", nbytes=1, exact=exact, head=head)
+
+    monkeypatch.setattr(_prefix, "save_state", fake_save)
+    head = 150
+    first = list(range(head)) + [1000 + i for i in range(30)]
+    llm = _EvalLlm([])
+    model = LlamaCppModel("m", state_cache=0, prefix_cache=True)
+    model.prefix._disk_failed = True  # RAM only
+    reused, _ = model._prepare_prompt(llm, first, BUDGET.epoch, head=head)
+    assert reused == 0 and llm.chunks == [(0, 64), (64, 64), (128, 22), (150, 30)]
+    assert model.states.pinned(first[:head])  # pinned when the live context held exactly the head
+    second = list(range(head)) + [2000 + i for i in range(50)]
+    reused, _ = model._prepare_prompt(llm, second, BUDGET.epoch, head=head)
+    assert reused == head and llm.chunks[-2:] == [(150, 42), (192, 8)]  # not cut back to 128
+    # a prompt of another schedule (no head) shares the chunks up to 128 only
+    other = list(range(head)) + [3000]
+    reused, _ = model._prepare_prompt(llm, other, BUDGET.epoch, head=0)
+    assert reused == 128 and llm.chunks[-1] == (128, 23)
 
 
 # --- the real model: reuse, identical outputs ---

@@ -177,7 +177,7 @@ def test_a_new_process_starts_from_the_pinned_head_on_disk_and_outputs_do_not_ch
     files = list((tmp_path / "kv").glob("*/*.kvs"))
     assert len(files) == 1
     head = int(files[0].name.split("-")[0])
-    assert head >= 256 and head % 64 == 0
+    assert head >= 256  # the whole static head, to its last token (a chunk of its own past 64 x n)
 
     # a new model instance stands for a new process: nothing in RAM, the head comes from disk
     second = LlamaCppModel("second", prefix_cache=True)
@@ -197,14 +197,46 @@ def test_a_new_process_starts_from_the_pinned_head_on_disk_and_outputs_do_not_ch
     assert fourth._complete_sync(_messages("What is 12*13?"), _GREEDY).extra["prompt_reused"] == head
 
 
-def test_reuse_reads_nothing_when_pinning_is_off(tmp_path: Path) -> None:
+def test_the_head_cuts_the_schedule_with_pinning_off_but_nothing_is_pinned() -> None:
+    """The schedule is the prompt's alone: a run without the cache decodes the batches a cached one does."""
     reuse = PrefixReuse("m", 4, align=64, pinning=False)
     assert reuse.states.pin_capacity == 0
 
     class _Llm:
         _is_recurrent = _is_hybrid = False
 
-    assert reuse.pin_point(_Llm(), [msg("system", "x" * 5000)], "x" * 5000, list(range(2000))) == 0
+        def tokenize(self, text: bytes, add_bos: bool, special: bool) -> list[int]:
+            return list(range(len(text) // 10))
+
+    system = render("para_system", max_calls=2, tools="- python", models="- m")
+    ids = list(range(len(system) // 10 + 40))
+    head = reuse.head(_Llm(), [msg("system", system), msg("user", "hi")], system + "hi", ids)
+    assert head == len(system) // 10 - 1  # the head's last token is left out: the task may merge into it
+    assert not reuse.needs_pin(ids, head)
+    assert reuse.head(_Llm(), [msg("system", "short")], "short", ids) == 0  # under one chunk
+
+
+def test_chunk_ends_shared_by_two_schedules() -> None:
+    from orchestrion.models._kv_cache import boundary, shared_boundary
+
+    assert boundary(200, 64) == 192 and boundary(200, 64, 150) == 192 and boundary(170, 64, 150) == 150
+    assert boundary(140, 64, 150) == 128 and boundary(150, 64, 150) == 150
+    assert shared_boundary(170, 64, 150, 150) == 150  # same head: the head is shared
+    assert shared_boundary(170, 64, 150, 0) == 128 and shared_boundary(170, 64, 0, 160) == 128
+    assert shared_boundary(300, 64, 150, 280) == 128  # they part in the chunk holding 150
+    assert shared_boundary(300, 64, 128, 0) == 256  # a head on a multiple of 64 changes nothing
+
+
+def test_a_pinned_head_is_reused_to_its_last_token_by_a_prompt_with_that_head() -> None:
+    cache = PrefixStateCache(4, margin=8, min_tokens=16, align=64, pin_capacity=2)
+    pinned = KVState(tokens=tuple(range(150)), data=b"", nbytes=10, exact=150, head=150)
+    cache.pin(pinned)
+    prompt = [*range(150), 7, 7, 7]
+    assert cache.best(prompt, live_prefix=0, head=150) == (pinned, 150)
+    # the live context already holds 140 of them, but in another schedule: 128 usable, the pin wins
+    assert cache.best(prompt, live_prefix=140, head=150, live_head=0) == (pinned, 150)
+    # a live context of the same schedule that holds the head: the pin adds nothing
+    assert cache.best(prompt, live_prefix=150, head=150, live_head=150) is None
 
 
 @pytest.mark.integration

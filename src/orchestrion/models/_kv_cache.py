@@ -33,9 +33,16 @@ instructions: ``_prompts.Prompt``) is kept apart, *pinned*: ``pin`` holds up to
 writes each to disk so a new process starts warm.
 
 **Exact reuse.** A state records ``exact``: how many of its leading tokens were decoded in
-full, aligned prompt chunks. Only those are reused. Tokens of a partial last chunk or of the
+full prompt chunks. Only those are reused. Tokens of a partial last chunk or of the
 generated output were decoded in other batches, and llama.cpp's numbers depend on the batch,
 so reusing them would make a cached run differ from a fresh one.
+
+**The chunk schedule.** A prompt is decoded in chunks that end at multiples of ``align`` and,
+when it has a static head, also at the head's end (``head``): so the head's state is exact to
+its last token, and a prompt that starts with it decodes only its own part. The schedule
+depends on the prompt alone (never on what is cached), so a cached run and a fresh one decode
+the same batches. A state records the ``head`` of the schedule it was decoded with; two
+schedules agree up to the first chunk where their heads differ (:func:`shared_boundary`).
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class KVState:
     data: Any  # a ctypes uint8 array (or bytes in tests)
     nbytes: int
     exact: int | None = None
+    head: int = 0  # the static head's end in the schedule it was decoded with (0: none)
 
     @property
     def reusable_tokens(self) -> int:
@@ -73,6 +81,23 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
             break
         n += 1
     return n
+
+
+def boundary(n: int, align: int, head: int = 0) -> int:
+    """The last chunk end at or before ``n`` when chunks end at multiples of ``align`` and at
+    ``head`` (0: no head)."""
+    below = n - n % align
+    return head if below < head <= n else below
+
+
+def shared_boundary(n: int, align: int, head_a: int, head_b: int) -> int:
+    """The last chunk end at or before ``n`` that two schedules (heads ``head_a`` and
+    ``head_b``) reach through the same chunks: tokens up to it were decoded in the same batches."""
+    a, b = (h if h % align else 0 for h in (head_a, head_b))
+    if a == b:
+        return boundary(n, align, a)
+    first = min(h for h in (a, b) if h)  # the chunk holding it is cut there in one schedule only
+    return boundary(min(n, first - first % align), align)
 
 
 def reusable(prefix: int, prompt_len: int) -> int:
@@ -113,17 +138,21 @@ class PrefixStateCache:
         """``n`` cut back to a multiple of ``align``: reuse stops at a chunk boundary."""
         return n - n % self.align
 
-    def best(self, prompt: Sequence[int], live_prefix: int) -> tuple[KVState, int] | None:
-        """The entry worth loading for ``prompt`` and its prefix length, when it shares at least
-        ``margin`` more reusable tokens (cut back to ``align``) than the live context does
-        (``live_prefix``); marks it used."""
+    def best(self, prompt: Sequence[int], live_prefix: int, *, head: int = 0,
+             live_head: int = 0) -> tuple[KVState, int] | None:
+        """The entry worth loading for ``prompt`` (whose schedule has static head ``head``) and
+        its prefix length, when it shares at least ``margin`` more reusable tokens (cut back to a
+        chunk end both schedules share) than the live context does (``live_prefix``, decoded
+        with head ``live_head``); marks it used."""
         best: tuple[KVState, int] | None = None
+        gain = 0
         for entry in [*self._pinned.values(), *self._entries.values()]:
             n = min(common_prefix(entry.tokens, prompt), entry.reusable_tokens)
-            if best is None or n > best[1]:
-                best = (entry, n)
-        gain = self.aligned(reusable(best[1], len(prompt))) if best else 0
-        if best is None or gain < self.aligned(reusable(live_prefix, len(prompt))) + self.margin:
+            usable = shared_boundary(reusable(n, len(prompt)), self.align, entry.head, head)
+            if best is None or usable > gain:
+                best, gain = (entry, n), usable
+        live = shared_boundary(reusable(live_prefix, len(prompt)), self.align, live_head, head)
+        if best is None or gain < live + self.margin:
             return None
         if best[0].tokens in self._pinned and self._pinned[best[0].tokens] is best[0]:
             self._pinned.move_to_end(best[0].tokens)
@@ -194,9 +223,9 @@ class PrefixStateCache:
         self._pinned.clear()
 
 
-def save_state(llm: Any, exact: int | None = None) -> KVState:
+def save_state(llm: Any, exact: int | None = None, head: int = 0) -> KVState:
     """Copy the KV cells of ``llm``'s live context (what ``llm.n_tokens`` tokens produced), of
-    which the first ``exact`` may be reused."""
+    which the first ``exact`` may be reused (decoded with a schedule whose head is ``head``)."""
     import llama_cpp
 
     ctx = llm.ctx
@@ -206,7 +235,8 @@ def save_state(llm: Any, exact: int | None = None) -> KVState:
     if written == 0 or written > size:
         raise RuntimeError(f"llama_state_seq_get_data copied {written} of {size} bytes")
     n = int(llm.n_tokens)
-    return KVState(tokens=tuple(int(t) for t in llm.input_ids[:n]), data=buf, nbytes=written, exact=exact)
+    return KVState(tokens=tuple(int(t) for t in llm.input_ids[:n]), data=buf, nbytes=written, exact=exact,
+                   head=head)
 
 
 def load_state(llm: Any, state: KVState) -> None:

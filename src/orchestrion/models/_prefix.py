@@ -2,11 +2,12 @@
 pinned static heads (in RAM and on disk).
 
 Before a call, :meth:`PrefixReuse.reuse` makes the best of these the live context and says
-how many prompt tokens need not be decoded again. While the prompt is decoded, the
-caller hands the live context to :meth:`PrefixReuse.pin` as soon as it holds exactly the
-prompt's static head (:meth:`PrefixReuse.pin_point`), so that head is computed once per
-model and machine. After the call, :meth:`PrefixReuse.remember` may keep the whole
-prompt's state for the next round of the same episode.
+how many prompt tokens need not be decoded again. The prompt's static head
+(:meth:`PrefixReuse.head`) is a chunk end of its decoding schedule (``_kv_cache``), and while
+the prompt is decoded the caller hands the live context to :meth:`PrefixReuse.pin` as soon as
+it holds exactly that head, so the head is computed once per model and machine. After the
+call, :meth:`PrefixReuse.remember` may keep the whole prompt's state for the next round of the
+same episode.
 """
 
 from __future__ import annotations
@@ -18,7 +19,16 @@ from pathlib import Path
 from typing import Any
 
 from .._prompts import Prompt, static_chars
-from ._kv_cache import KVState, PrefixStateCache, common_prefix, load_state, reusable, save_state
+from ._kv_cache import (
+    KVState,
+    PrefixStateCache,
+    boundary,
+    common_prefix,
+    load_state,
+    reusable,
+    save_state,
+    shared_boundary,
+)
 from ._kv_disk import DiskStateStore, file_sha256
 from .types import Message
 
@@ -55,31 +65,34 @@ class PrefixReuse:
         self.align = align
         self.pinning = pinning
         self.states = PrefixStateCache(capacity, align=align, pin_capacity=8 if pinning else 0)
-        self.live_exact = 0  # leading live-context tokens decoded in full aligned prompt chunks
+        self.live_exact = 0  # leading live-context tokens decoded in full prompt chunks
+        self.live_head = 0  # the static head of the schedule the live context was decoded with
         self._disk: DiskStateStore | None = None
         self._disk_failed = False
 
     # -- the static head ---------------------------------------------------------------
-    def pin_point(self, llm: Any, messages: Sequence[Message], prompt: str, prompt_ids: list[int]) -> int:
-        """The prompt's static head in tokens, cut back to a chunk boundary; 0 when pinning is
-        off or the head is shorter than one chunk."""
-        if not self.pinning or llm._is_recurrent or llm._is_hybrid:
+    def head(self, llm: Any, messages: Sequence[Message], prompt: str, prompt_ids: list[int]) -> int:
+        """The prompt's static head in tokens: a chunk end of its decoding schedule, whether or not
+        pinning is on, so that cached and fresh runs decode the same batches; 0 when the head is
+        shorter than one chunk. Its last token is left out: a head tokenized alone may end in a
+        token that the task's first characters merge into, and the head must not depend on the task."""
+        if llm._is_recurrent or llm._is_hybrid:
             return 0
         offset = static_offset(messages, prompt)
         if offset <= 0:
             return 0
         head = llm.tokenize(prompt[:offset].encode("utf-8"), add_bos=False, special=True)
-        n = common_prefix(head, prompt_ids)
-        n = min(n - n % self.align, len(prompt_ids) - 1)
-        return n - n % self.align if n >= self.align else 0
+        n = min(common_prefix(head, prompt_ids), len(head) - 1, len(prompt_ids) - 1)
+        return n if n >= self.align else 0
 
-    def needs_pin(self, prompt_ids: list[int], pin: int) -> bool:
-        return pin > 0 and not self.states.pinned(prompt_ids[:pin])
+    def needs_pin(self, prompt_ids: list[int], head: int) -> bool:
+        return self.pinning and head > 0 and not self.states.pinned(prompt_ids[:head])
 
     def pin(self, llm: Any) -> None:
         """Pin the live context (exactly a static head, decoded in full chunks) and write it to disk."""
         try:
-            state = save_state(llm, exact=int(llm.n_tokens))
+            n = int(llm.n_tokens)
+            state = save_state(llm, exact=n, head=n)
         except RuntimeError as exc:
             log.warning("model '%s': %s; static prefix not pinned", self.name, exc)
             return
@@ -90,29 +103,32 @@ class PrefixReuse:
         log.debug("model '%s': pinned a static prefix of %d tokens", self.name, len(state.tokens))
 
     # -- before a call ---------------------------------------------------------------
-    def reuse(self, llm: Any, prompt_ids: list[int], pin: int) -> int:
-        """Load the state sharing the longest reusable prefix with the prompt when it beats the
-        live context; returns how many prompt tokens need not be decoded again (never all: the
-        last one is always decoded, so sampling starts from fresh logits)."""
+    def reuse(self, llm: Any, prompt_ids: list[int], head: int) -> int:
+        """Load the state sharing the longest reusable prefix with the prompt (whose schedule has
+        static head ``head``) when it beats the live context; returns how many prompt tokens need
+        not be decoded again, a chunk end of the prompt's schedule (never all: the last one is
+        always decoded, so sampling starts from fresh logits)."""
         if llm._is_recurrent or llm._is_hybrid:  # their memory cannot be cut back to a prefix
             self.reset(llm)
             return 0
         n_live = int(llm.n_tokens)
         live = min(common_prefix(llm.input_ids[:n_live].tolist(), prompt_ids), self.live_exact)
-        if self.needs_pin(prompt_ids, pin) and self.states.aligned(reusable(live, len(prompt_ids))) < pin:
-            self._from_disk(llm, prompt_ids[:pin])
-        hit = self.states.best(prompt_ids, live)
+        live_head = self.live_head
+        usable = shared_boundary(reusable(live, len(prompt_ids)), self.align, live_head, head)
+        if self.needs_pin(prompt_ids, head) and usable < head:
+            self._from_disk(llm, prompt_ids[:head])
+        hit = self.states.best(prompt_ids, live, head=head, live_head=live_head)
         if hit is not None:
             try:
                 load_state(llm, hit[0])
-                live = hit[1]
+                live, live_head = hit[1], hit[0].head
             except RuntimeError as exc:
                 log.warning("model '%s': %s; evaluating the whole prompt", self.name, exc)
                 self.live_exact = 0
                 if self.states.forget(hit[0]) and self._disk is not None:
                     self._disk.discard(hit[0].tokens)  # a pinned state llama.cpp refused: never again
                 return 0
-        return self.states.aligned(reusable(live, len(prompt_ids)))
+        return shared_boundary(reusable(live, len(prompt_ids)), self.align, live_head, head)
 
     def _from_disk(self, llm: Any, head: list[int]) -> None:
         disk = self._store(llm)
@@ -120,7 +136,8 @@ class PrefixReuse:
         if found is None:
             return
         data = (ctypes.c_uint8 * len(found.data)).from_buffer_copy(found.data)
-        self.states.pin(KVState(tokens=found.tokens, data=data, nbytes=len(found.data), exact=len(found.tokens)))
+        n = len(found.tokens)  # a pinned head: exact to its end (a multiple of align when written before heads)
+        self.states.pin(KVState(tokens=found.tokens, data=data, nbytes=len(found.data), exact=n, head=n))
 
     def _store(self, llm: Any) -> DiskStateStore | None:
         if self._disk is None and not self._disk_failed:
@@ -132,13 +149,14 @@ class PrefixReuse:
         return self._disk
 
     # -- after a call ---------------------------------------------------------------
-    def decoded(self, prompt_len: int) -> None:
-        """The prompt is in the live context: its full chunks may be reused."""
-        self.live_exact = prompt_len - prompt_len % self.align
+    def decoded(self, prompt_len: int, head: int) -> None:
+        """The prompt (static head ``head``) is in the live context: its full chunks may be reused."""
+        self.live_exact = boundary(prompt_len, self.align, head)
+        self.live_head = head
 
     def reset(self, llm: Any) -> None:
         llm.reset()
-        self.live_exact = 0
+        self.live_exact = self.live_head = 0
 
     def remember(self, llm: Any, prompt_len: int) -> None:
         """Save the live context's KV state (prompt + output) when it adds a new prefix."""
@@ -146,7 +164,7 @@ class PrefixReuse:
         if llm._is_recurrent or llm._is_hybrid or not self.states.wants(tokens, prompt_len):
             return
         try:
-            state = save_state(llm, exact=prompt_len - prompt_len % self.align)
+            state = save_state(llm, exact=boundary(prompt_len, self.align, self.live_head), head=self.live_head)
         except RuntimeError as exc:
             log.warning("model '%s': %s; state not kept", self.name, exc)
             return

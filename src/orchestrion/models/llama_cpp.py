@@ -49,12 +49,13 @@ from .types import UNCONSTRAINED_MODES, Completion, GenerateConfig, Message, Usa
 # those generating at the moment (a fixed `n_threads` opts out); on 2 cores with
 # ORCHESTRION_THREADS unset that is 1 thread, for prompt batches too.
 DEFAULT_THREADS = 1
-# The prompt is decoded in chunks that start at multiples of PROMPT_CHUNK, and a reused prefix
-# is cut back to such a multiple. llama.cpp's CPU kernels give slightly different numbers for a
-# token depending on the batch it is decoded in (Qwen2.5-Coder-1.5B: log-probs moved by up to
-# 0.08 when only the first 5 prompt tokens were reused), so aligned chunks are what make a
-# reused prefix, loaded or live, give bit-for-bit the log-probs of a fresh evaluation. 64 is
-# about as fast as larger chunks and costs at most 63 re-decoded tokens (measurements in
+# The prompt is decoded in chunks that end at multiples of PROMPT_CHUNK and at the end of its
+# static head, and a reused prefix is cut back to such a chunk end. llama.cpp's CPU kernels give
+# slightly different numbers for a token depending on the batch it is decoded in
+# (Qwen2.5-Coder-1.5B: log-probs moved by up to 0.08 when only the first 5 prompt tokens were
+# reused), so a fixed schedule is what makes a reused prefix, loaded or live, give bit-for-bit
+# the log-probs of a fresh evaluation. 64 is about as fast as larger chunks and costs at most 63
+# re-decoded tokens after a reused prefix that is not a static head (measurements in
 # docs/results/speed.md).
 # Between chunks a call also takes its current thread share.
 PROMPT_CHUNK = 64
@@ -169,32 +170,32 @@ class LlamaCppModel:
         return epoch
 
     def _prepare_prompt(self, llm: Any, prompt_ids: list[int], epoch: int,
-                        cancel: threading.Event | None = None, pin: int = 0) -> tuple[int, int]:
+                        cancel: threading.Event | None = None, head: int = 0) -> tuple[int, int]:
         """Reuse what can be reused and decode the rest of the prompt, pinning its static head
-        (its first ``pin`` tokens) on the way when it is not pinned yet; returns the prompt
+        (its first ``head`` tokens) on the way when it is not pinned yet; returns the prompt
         tokens reused and the budget epoch. Should decoding after a reused prefix fail, the
         context is emptied and the whole prompt decoded again."""
-        reused = self.prefix.reuse(llm, prompt_ids, pin)
+        reused = self.prefix.reuse(llm, prompt_ids, head)
         try:
-            epoch = self._eval_prompt(llm, prompt_ids, reused, epoch, cancel, pin)
+            epoch = self._eval_prompt(llm, prompt_ids, reused, epoch, cancel, head)
         except RuntimeError as exc:
             if reused == 0:
                 raise
             log.warning("model '%s': decoding after a reused prefix failed (%s); decoding the whole prompt",
                         self.name, exc)
             self.prefix.reset(llm)
-            reused, epoch = 0, self._eval_prompt(llm, prompt_ids, 0, epoch, cancel, pin)
-        self.prefix.decoded(len(prompt_ids))
+            reused, epoch = 0, self._eval_prompt(llm, prompt_ids, 0, epoch, cancel, head)
+        self.prefix.decoded(len(prompt_ids), head)
         return reused, epoch
 
     def _eval_prompt(self, llm: Any, prompt_ids: list[int], reused: int, epoch: int,
-                     cancel: threading.Event | None = None, pin: int = 0) -> int:
-        """Decode the prompt after its first ``reused`` tokens (a multiple of PROMPT_CHUNK) in
-        aligned chunks, taking the current thread share before each. ``generate(prompt_ids,
-        reset=True)`` then finds the whole prompt in the live context, freshly decoded (so
-        ``_requires_eval`` is false), and samples at once without decoding it again."""
+                     cancel: threading.Event | None = None, head: int = 0) -> int:
+        """Decode the prompt after its first ``reused`` tokens (a chunk end) in chunks that end at
+        multiples of PROMPT_CHUNK and at ``head``, taking the current thread share before each.
+        ``generate(prompt_ids, reset=True)`` then finds the whole prompt in the live context,
+        freshly decoded (so ``_requires_eval`` is false), and samples at once without decoding it again."""
         llm.n_tokens = reused  # eval() drops the KV cells after the kept prefix
-        pin_at = pin if pin > reused and self.prefix.needs_pin(prompt_ids, pin) else -1
+        pin_at = head if head > reused and self.prefix.needs_pin(prompt_ids, head) else -1
         i = reused
         while i < len(prompt_ids):
             if cancel is not None and cancel.is_set():
@@ -202,6 +203,7 @@ class LlamaCppModel:
             if BUDGET.epoch != epoch:
                 epoch = self._apply_threads(llm)
             end = min(len(prompt_ids), (i // PROMPT_CHUNK + 1) * PROMPT_CHUNK)
+            end = head if i < head < end else end
             llm.eval(prompt_ids[i:end])
             i = end
             if i == pin_at:  # the live context holds exactly the static head
@@ -247,12 +249,12 @@ class LlamaCppModel:
             grammar = self._grammar(config.json_schema) if config.json_schema and self.constrains_json else None
             if config.seed is not None:
                 llm.set_seed(config.seed)
-            pin = self.prefix.pin_point(llm, messages, prompt, prompt_ids)
+            head = self.prefix.head(llm, messages, prompt, prompt_ids)
             with BUDGET.generating():
                 epoch = self._apply_threads(llm)
                 threads = self._threads_set
                 try:
-                    reused, epoch = self._prepare_prompt(llm, prompt_ids, epoch, cancel, pin)
+                    reused, epoch = self._prepare_prompt(llm, prompt_ids, epoch, cancel, head)
                 except _Cancelled:
                     self.prefix.reset(llm)  # the context holds part of a prompt: never reuse it
                     return _cancelled(self.name, start)
