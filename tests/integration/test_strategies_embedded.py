@@ -36,3 +36,5 @@ async def test_strategy_on_real_model(name: str, shared_model: LlamaCppModel, st
     spans = store.spans(res.trace_id)
     assert spans and all(s.ended is not None for s in spans)
     assert any(s.kind == "call" for s in spans)
+    if name == "milestone":  # (its own embedded test, folded in here: the same episode twice cost make test 23 s)
+        assert store.decisions(res.trace_id)  # the milestone and plan decisions were recorded
