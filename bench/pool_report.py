@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -167,6 +168,7 @@ def report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]],
         ratio = (sum(units[label]) / len(units[label])) / base_units if base_units else math.inf
         print(f"| {label} | {k} | {mean:+.3f} ± {se:.3f} | {ratio:.1f}× |")
     _print_out_of_format(store, runs)
+    print_decisions(store, runs)
     print("\n**Per-task verdicts (each strategy against direct on the 1.5B model)**\n")
     print("| task | strategy | verdict |\n|---|---|---|")
     print("\n".join(verdicts))
@@ -217,3 +219,32 @@ def _print_out_of_format(store: TraceStore, runs: dict[str, dict[str, tuple[str,
     print("| row | episodes | out of format |\n|---|---|---|")
     for label, (n, bad) in counts.items():
         print(f"| {label} | {n} | {bad} |")
+
+
+DECISIONS = (
+    "SELECT COUNT(*) AS episodes, SUM((SELECT COUNT(*) FROM decisions d WHERE d.episode_id = e.id)) AS decisions, "
+    "GROUP_CONCAT(COALESCE(json_extract(e.meta, '$.result.stop'), '-'), ' ') AS stops "
+    "FROM episodes e WHERE e.run_id = ? AND e.finished = 1 AND e.status NOT IN ('interrupted', 'cancelled', 'retried')"
+)
+
+
+def print_decisions(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]]) -> None:
+    """Orchestrator decisions per episode of each row that makes any, over all its tasks, and how
+    its loops stopped (``meta.result.stop``), read from the trace store."""
+    totals: dict[str, list[int]] = {}
+    stops: dict[str, Counter[str]] = {}
+    for labels in runs.values():
+        for label, (run_id, _) in labels.items():
+            (r,) = store.query(DECISIONS, (run_id,))
+            seen = totals.setdefault(label, [0, 0])
+            seen[0] += int(r["episodes"] or 0)
+            seen[1] += int(r["decisions"] or 0)
+            stops.setdefault(label, Counter()).update(str(r["stops"] or "").split())
+    deciding = {label: t for label, t in totals.items() if t[1]}
+    if not deciding:
+        return
+    print("\n**Orchestrator decisions per episode** (a query over the trace store; stops: how the loops ended)\n")
+    print("| row | episodes | decisions per episode | stops |\n|---|---|---|---|")
+    for label, (n, d) in deciding.items():
+        ends = ", ".join(f"{k}×{v}" for k, v in stops[label].most_common())
+        print(f"| {label} | {n} | {d / max(1, n):.2f} | {ends} |")

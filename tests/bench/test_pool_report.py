@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
+from pathlib import Path
+
 import pytest
 
+from orchestrion import TraceStore
 from tests.bench import load_bench
 
 pool_report = load_bench("pool_report")
@@ -35,3 +40,26 @@ def test_the_held_out_checks_are_computed_from_the_paired_differences(capsys: py
     pool_report.heldout_checks({**direct, "para": {"reasoning-gym:gcd": (0.0, 0.0), "reasoning-gym:maze": (0.1, 0.05)}},
                                {"gcd", "maze"})
     assert "| para | 2 | none | +0.050 (not met) | 0 of 2; no room at gcd (direct 0.95) |" in capsys.readouterr().out
+
+
+def test_decisions_per_episode_and_stops_are_read_from_the_store(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    store = TraceStore(tmp_path / "t.db")
+    rows: list[tuple[str, str, int, str, str]] = [  # episode, run, finished, status, stop
+        ("e1", "para-a", 1, "ok", "repeated_calls"), ("e2", "para-a", 1, "ok", "final"),
+        ("e3", "para-b", 1, "ok", "repeated_calls"), ("e4", "para-b", 0, "ok", "final"),  # unfinished: left out
+        ("e5", "para-b", 1, "interrupted", "final"), ("d1", "direct-a", 1, "ok", ""),
+    ]
+    with sqlite3.connect(tmp_path / "t.db") as db:
+        for ep, run, finished, status, stop in rows:
+            meta = json.dumps({"result": {"stop": stop}} if stop else {})
+            db.execute("INSERT INTO episodes (id, run_id, finished, status, meta) VALUES (?, ?, ?, ?, ?)",
+                       (ep, run, finished, status, meta))
+        for i, ep in enumerate(["e1", "e1", "e2", "e3", "e3", "e3", "e4", "e5"]):
+            db.execute("INSERT INTO decisions (id, episode_id, seq) VALUES (?, ?, ?)", (f"x{i}", ep, i))
+    runs = {"a": {"para": ("para-a", "para"), "direct": ("direct-a", "direct")}, "b": {"para": ("para-b", "para")}}
+    pool_report.print_decisions(store, runs)
+    out = capsys.readouterr().out
+    assert "| para | 3 | 2.00 | repeated_calls×2, final×1 |" in out  # 6 decisions over e1, e2, e3
+    assert "| direct |" not in out  # a row with no decision has no line
+    store.close()
