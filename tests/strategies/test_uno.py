@@ -20,15 +20,8 @@ from orchestrion import (
 from orchestrion.models.cost import Price
 from orchestrion.runtime.context import ORCHESTRATOR_CONFIG
 from orchestrion.runtime.plan import PLAN_TOKENS, TASK_MAX
-from orchestrion.strategies.uno import (
-    DirectPrimitive,
-    Pair,
-    UnoStep,
-    admissible_pairs,
-    choose_pair,
-    inadmissible_reason,
-    utility,
-)
+from orchestrion.strategies._uno_pairs import Pair, admissible_pairs, choose_pair, inadmissible_reason, utility
+from orchestrion.strategies.uno import DirectPrimitive, UnoStep
 from orchestrion.tools.agents import agent_tools
 from orchestrion.tools.retrieval import Corpus, RetrievalTool
 from orchestrion.trace import SpanRow

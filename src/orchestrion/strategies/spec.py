@@ -46,8 +46,9 @@ from ..runtime.synthesis import synthesize
 from ..status import NodeStatus
 from ..tools.registry import ToolRegistry
 from ._code_roles import spec_review
+from ._uno_pairs import tool_available
 from .base import Answer, EpisodeStatus, Strategy, Task, register
-from .uno import DecisionOptions, decide_with_options, tool_available
+from .uno import DecisionOptions, decide_with_options
 
 LEVELS: tuple[str, ...] = ("low", "medium", "high")
 PRIMITIVES: tuple[str, ...] = ("reasoner", "reviewer", "coder", "ensemble", "searcher")

@@ -12,7 +12,8 @@ corpus), ensemble -> ``ensemble``. A pair is admissible when its model is in the
 pool, its tools are registered and, under the ``max_cost_usd`` option, its
 estimated cost is known and fits the cap. The decision schema pins model and
 primitive names to admissible ones; a validator rejects inadmissible pairs, bad
-dependencies and plans over the cap, so the runtime re-prompts with the error.
+dependencies and plans over the cap, so the runtime re-prompts with the error. The pairs, their
+priors, costs and utility are in :mod:`._uno_pairs`.
 
 Accuracy-cost objective: the prompt shows tiers, prices and the weight λ
 (option ``cost_weight``, per dollar). If the decision is still invalid after the
@@ -29,14 +30,13 @@ when the docstring's examples fail (:mod:`._code_roles`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .._errors import PlanError
 from .._prompts import render
-from ..models.cost import cost_of
 from ..models.pool import Pool
 from ..models.types import Message, msg
 from ..runtime.code_work import code_plan
@@ -49,26 +49,10 @@ from ..runtime.synthesis import synthesize
 from ..tools.agents import PromptAgent
 from ..tools.registry import ToolRegistry
 from ._code_roles import uno_escalation
+from ._uno_pairs import PRIMITIVE_HELP, Pair, admissible_pairs, by_utility, choose_pair, utility
+from ._uno_pairs import PRIMITIVE_TOOLS as PRIMITIVE_TOOLS  # read by train.records
 from .base import Answer, EpisodeStatus, Strategy, Task, register
 
-# primitive -> the agent tool that runs it, and the other tools it needs
-PRIMITIVE_TOOLS: dict[str, str] = {
-    "direct": "direct", "cot": "reasoner", "code": "coder", "retrieval": "searcher", "ensemble": "ensemble",
-}
-NEEDS: dict[str, tuple[str, ...]] = {"code": ("python",), "retrieval": ("retrieve",)}
-# (model calls, prompt tokens besides the task, output tokens per call): from the agent tools' templates and limits
-SHAPE: dict[str, tuple[int, int, int]] = {
-    "direct": (1, 40, 128), "cot": (1, 40, 256), "code": (1, 50, 384), "retrieval": (1, 250, 256),
-    "ensemble": (3, 40, 256),
-}
-# accuracy priors (not measured): tier 1 -> 0.35 ... tier 5 -> 0.83, plus a small bonus per primitive
-PRIMITIVE_BONUS: dict[str, float] = {"direct": 0.0, "cot": 0.05, "code": 0.04, "retrieval": 0.03, "ensemble": 0.07}
-PRIMITIVE_HELP: dict[str, str] = {
-    "direct": "a plain answer in one call", "cot": "step-by-step reasoning",
-    "code": "write and run a Python program (exact arithmetic, counting, sorting)",
-    "retrieval": "search the local documents, then answer",
-    "ensemble": "three samples and a majority vote (3x the calls)",
-}
 DEFAULT_COST_WEIGHT = 10.0  # λ: accuracy points given up per dollar
 MAX_SUBTASKS = 6
 T = TypeVar("T", bound=BaseModel)
@@ -80,110 +64,6 @@ class DirectPrimitive(PromptAgent):
     name = "direct"
     description = "answers the subtask in one plain call on the chosen model"
     template = "uno_direct"
-
-
-@dataclass(frozen=True)
-class Pair:
-    """One (model, primitive) executor with its accuracy prior and estimated cost (None = unknown)."""
-
-    model: str
-    primitive: str
-    tier: int
-    accuracy: float
-    est_cost: float | None
-
-    @property
-    def label(self) -> str:
-        return f"{self.model}/{self.primitive}"
-
-
-def utility(expected_accuracy: float, est_cost: float | None, lam: float) -> float | None:
-    """Accuracy minus λ x cost; ``None`` when the cost is unknown (never costed as 0)."""
-    if est_cost is None:
-        return None
-    return expected_accuracy - lam * est_cost
-
-
-def prior_accuracy(tier: int, primitive: str) -> float:
-    return min(0.99, 0.35 + 0.12 * (tier - 1) + PRIMITIVE_BONUS.get(primitive, 0.0))
-
-
-def task_tokens(text: str) -> int:
-    return len(text) // 4 + 1
-
-
-def estimate_cost(pool: Pool, model: str, primitive: str, n_task_tokens: int) -> float | None:
-    """Dollar estimate of one pair on a task: the model's price x the primitive's expected tokens."""
-    calls, overhead, out = SHAPE[primitive]
-    return cost_of(pool.spec(model).price, calls * (overhead + n_task_tokens), calls * out)
-
-
-def tool_available(tools: ToolRegistry, name: str) -> bool:
-    """A registered tool that can work: ``retrieve`` also needs a corpus (without one it only errors)."""
-    if name not in tools:
-        return False
-    return name != "retrieve" or getattr(tools.get(name), "corpus", True) is not None
-
-
-def inadmissible_reason(
-    pool: Pool, tools: ToolRegistry, model: str, primitive: str, est_cost: float | None, cap: float | None
-) -> str | None:
-    """Why (model, primitive) may not be used, or ``None`` when it is admissible."""
-    if model not in pool.names:
-        return f"model '{model}' is not in the pool"
-    if primitive not in PRIMITIVE_TOOLS:
-        return f"unknown primitive '{primitive}'"
-    for name in (PRIMITIVE_TOOLS[primitive], *NEEDS.get(primitive, ())):
-        if not tool_available(tools, name):
-            return f"tool '{name}' is not available" + (" (no corpus)" if name in tools else "")
-    if cap is not None:
-        if est_cost is None:
-            return f"price of '{model}' is unknown, so it cannot be shown to fit the cost cap"
-        if est_cost > cap:
-            return f"estimated ${est_cost:.6f} is over the cost cap ${cap:g}"
-    return None
-
-
-def admissible_pairs(
-    pool: Pool, tools: ToolRegistry, task: str, cap: float | None = None
-) -> tuple[list[Pair], dict[str, str]]:
-    """Every admissible pair (pool order, then primitive order) and why each other one is not."""
-    n = task_tokens(task)
-    pairs: list[Pair] = []
-    excluded: dict[str, str] = {}
-    for model in pool.names:
-        for prim in PRIMITIVE_TOOLS:
-            cost = estimate_cost(pool, model, prim, n)
-            reason = inadmissible_reason(pool, tools, model, prim, cost, cap)
-            if reason is None:
-                pairs.append(Pair(model, prim, pool.spec(model).tier, prior_accuracy(pool.spec(model).tier, prim),
-                                  cost))
-            else:
-                excluded[f"{model}/{prim}"] = reason
-    return pairs, excluded
-
-
-def choose_pair(pairs: list[Pair], lam: float) -> Pair | None:
-    """The deterministic fallback: best utility among known-cost pairs (ties: cheaper, then first);
-    only when no cost is known, the best accuracy prior among the rest."""
-    scored = [(u, -p.est_cost, p) for p in pairs
-              if p.est_cost is not None and (u := utility(p.accuracy, p.est_cost, lam)) is not None]
-    if scored:
-        best = scored[0]
-        for row in scored[1:]:  # strict: the first of equals wins
-            if row[:2] > best[:2]:
-                best = row
-        return best[2]
-    return max(pairs, key=lambda p: p.accuracy) if pairs else None
-
-
-def by_utility(pairs: list[Pair], lam: float) -> list[str]:
-    """The pairs' models, best first by :func:`choose_pair`'s order."""
-    left, order = list(pairs), []
-    while (pick := choose_pair(left, lam)) is not None:
-        order.append(pick.model)
-        left.remove(pick)
-    return order
 
 
 class UnoStep(BaseModel):
