@@ -26,15 +26,10 @@ from orchestrion import (  # noqa: E402
 from orchestrion.models.types import msg  # noqa: E402
 from orchestrion.runtime.context import RunContext  # noqa: E402
 from orchestrion.strategies.base import Answer, Strategy, Task  # noqa: E402
+from orchestrion.train._opod_judge import followup, judge_records  # noqa: E402
 from orchestrion.train._policy import Policy  # noqa: E402
 from orchestrion.train.hindsight import hindsight  # noqa: E402
-from orchestrion.train.opod import (  # noqa: E402
-    build_items,
-    followup,
-    hinted,
-    judge_records,
-    opod_loss,
-)
+from orchestrion.train.opod import build_items, hinted, opod_loss  # noqa: E402
 from orchestrion.train.records import load_records  # noqa: E402
 from tests.helpers import LookupTool  # noqa: E402
 

@@ -12,7 +12,7 @@ store do know: ``direct`` on each model, ``program``, the teacher. For each epis
   cheaper way. (A failed episode is not hinted towards a cheaper run that failed too.)
 
 Episodes with no such evidence get no hint; OPOD then judges only the decisions of episodes that
-have one, with the hint shown to the judge as evidence (:func:`orchestrion.train.opod.judge_records`).
+have one, with the hint shown to the judge as evidence (:func:`orchestrion.train._opod_judge.judge_records`).
 """
 
 from __future__ import annotations
