@@ -145,8 +145,9 @@ def report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]],
                 units.setdefault(label, []).append(entry["units"])
             if label != base_label and base and label in units:  # a run with no episode yet has no difference
                 diff, se, n = paired_difference(scores(store, run_id, strategy), base)
-                diffs.setdefault(label, []).append((diff, se))
-                by_task.setdefault(label, {})[task] = (diff, se)
+                if n >= 2:  # a run with one example so far (cut short, to be resumed) has no verdict to average
+                    diffs.setdefault(label, []).append((diff, se))
+                    by_task.setdefault(label, {})[task] = (diff, se)
                 if strategy != "direct":
                     verdicts.append(f"| {task} | {label} | {verdict(diff, se, n)} |")
         per_task[task] = rows
@@ -188,7 +189,7 @@ def heldout_checks(by_task: dict[str, dict[str, tuple[float, float]]], program_d
     for label, per in by_task.items():
         if label.startswith("direct on "):
             continue
-        below = [t for t, (d, se) in per.items() if d < -se]
+        below = [t for t, (d, se) in per.items() if d < -se - 1e-9]  # as verdict(): exactly -1 se is not below
         mean = sum(d for d, _ in per.values()) / len(per)
         decides = {t: d for t, (d, _) in per.items() if t.split(":")[-1] in program_decides}
         full = {t: direct[t] for t in decides if direct.get(t, 0.0) > 0.80 + 1e-9 and decides[t] < 0.20}

@@ -33,6 +33,8 @@ def test_the_held_out_checks_are_computed_from_the_paired_differences(capsys: py
     pool_report.heldout_checks(by_task, {"gcd", "maze"})
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| auto")]
     assert lines == ["| auto (local pool) | 3 | reasoning-gym:aiw | +0.100 (met) | 1 of 2 |"]
+    pool_report.heldout_checks({"para": {"tsumego": (-0.05 - 1e-12, 0.05)}}, set())  # float noise at exactly -1 se
+    assert "| para | 1 | none |" in capsys.readouterr().out
     pool_report.heldout_checks({"para": {"matrixshapes": (0.02, 0.05)}}, {"matrixshapes"})
     assert "| para | 1 | none | +0.020 (not met) | 0 of 1 |" in capsys.readouterr().out
     # direct already at 0.95 leaves no room for +0.20: named apart with its accuracy (0.80 still has room)
