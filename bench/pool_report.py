@@ -213,13 +213,17 @@ def _print_out_of_format(store: TraceStore, runs: dict[str, dict[str, tuple[str,
                     continue
                 task = ep.task_value()
                 fmt = AnswerFormat.of(Task.model_validate(task)) if isinstance(task, dict) else None
-                seen = counts.setdefault(label, [0, 0])
+                seen = counts.setdefault(label, [0, 0, 0])
                 seen[0] += 1
-                seen[1] += int(fmt is not None and fmt.misfit(ep.answer or "") is not None)
-    print("\n**Final answers out of their task's format** (a query over the trace store)\n")
-    print("| row | episodes | out of format |\n|---|---|---|")
-    for label, (n, bad) in counts.items():
-        print(f"| {label} | {n} | {bad} |")
+                if not (ep.answer or "").strip():  # ended with no answer (a budget, an error): nothing was accepted
+                    seen[2] += 1
+                else:
+                    seen[1] += int(fmt is not None and fmt.misfit(ep.answer or "") is not None)
+    print("\n**Final answers out of their task's format** (a query over the trace store; episodes that ended "
+          "with no answer are counted apart)\n")
+    print("| row | episodes | out of format | no answer |\n|---|---|---|---|")
+    for label, (n, bad, empty) in counts.items():
+        print(f"| {label} | {n} | {bad} | {empty} |")
 
 
 DECISIONS = (

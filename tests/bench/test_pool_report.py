@@ -65,3 +65,16 @@ def test_decisions_per_episode_and_stops_are_read_from_the_store(tmp_path: Path,
     assert "| para | 3 | 2.00 | repeated_calls×2, final×1 |" in out  # 6 decisions over e1, e2, e3
     assert "| direct |" not in out  # a row with no decision has no line
     store.close()
+
+
+def test_answers_out_of_format_and_episodes_with_no_answer_are_counted_apart(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    store = TraceStore(tmp_path / "t.db")
+    task = json.dumps({"id": "q", "prompt": "What is 2+2?", "target": "4", "metadata": {"scoring": "numeric"}})
+    with sqlite3.connect(tmp_path / "t.db") as db:
+        for ep, answer, status in [("a", "Answer: 4", "ok"), ("b", "many", "ok"), ("c", "", "budget_exceeded")]:
+            db.execute("INSERT INTO episodes (id, run_id, finished, status, answer, task) VALUES (?, 'r', 1, ?, ?, ?)",
+                       (ep, status, answer, task))
+    pool_report._print_out_of_format(store, {"t": {"para": ("r", "para")}})
+    assert "| para | 3 | 1 | 1 |" in capsys.readouterr().out  # "many" holds no number; the empty one gave none
+    store.close()
