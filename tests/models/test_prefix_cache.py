@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from orchestrion._prompts import Prompt, render, static_chars
-from orchestrion.models._kv_cache import KVState, PrefixStateCache
+from orchestrion.models._kv_cache import KVState, PrefixStateCache, boundary
 from orchestrion.models._kv_disk import DiskStateStore
 from orchestrion.models._prefix import PrefixReuse, static_offset
 from orchestrion.models.types import Completion, GenerateConfig, Message, msg
@@ -70,7 +70,7 @@ def test_only_tokens_decoded_in_full_prompt_chunks_are_reused() -> None:
     cache = PrefixStateCache(4, margin=8, min_tokens=16, align=64)
     cache.put(_state(range(300), exact=192))  # prompt of 200 tokens, then 100 generated
     hit = cache.best(list(range(290)) + [5], live_prefix=0)
-    assert hit is not None and cache.aligned(hit[1]) == 192
+    assert hit is not None and boundary(hit[1], 64) == 192
 
 
 # --- the disk store ---
@@ -217,7 +217,7 @@ def test_the_head_cuts_the_schedule_with_pinning_off_but_nothing_is_pinned() -> 
 
 
 def test_chunk_ends_shared_by_two_schedules() -> None:
-    from orchestrion.models._kv_cache import boundary, shared_boundary
+    from orchestrion.models._kv_cache import shared_boundary
 
     assert boundary(200, 64) == 192 and boundary(200, 64, 150) == 192 and boundary(170, 64, 150) == 150
     assert boundary(140, 64, 150) == 128 and boundary(150, 64, 150) == 150

@@ -134,10 +134,6 @@ class PrefixStateCache:
     def nbytes(self) -> int:
         return sum(e.nbytes for e in self._entries.values())
 
-    def aligned(self, n: int) -> int:
-        """``n`` cut back to a multiple of ``align``: reuse stops at a chunk boundary."""
-        return n - n % self.align
-
     def best(self, prompt: Sequence[int], live_prefix: int, *, head: int = 0,
              live_head: int = 0) -> tuple[KVState, int] | None:
         """The entry worth loading for ``prompt`` (whose schedule has static head ``head``) and
