@@ -51,6 +51,10 @@ SKIP: dict[str, str] = {
     "orchestrion serve": "a server that runs until stopped; tests/serve/test_server.py drives it",
     "python -c \"import openai": "a client of the server above",
     "orchestrion view                      ": "a server that runs until Ctrl-C; `view --export` runs here",
+    "orchestrion auto learn --dataset reasoning-gym:fraction_simplification@train": (
+        "80 episodes on the local pool's three models (minutes); tests/eval/test_learn.py runs the command"),
+    "orchestrion eval --dataset reasoning-gym:fraction_simplification@test": (
+        "20 auto episodes on the local pool, reading the history above; tests/test_cli.py runs eval"),
 }
 # Python blocks that are not run, by their first line, each with its reason.
 SKIP_PYTHON: dict[str, str] = {}
@@ -84,13 +88,29 @@ def _skipped(line: str) -> str | None:
     return next((reason for prefix, reason in SKIP.items() if line.startswith(prefix)), None)
 
 
+def bash_commands(code: str) -> list[tuple[int, str]]:
+    """A bash block's commands with their line offsets: a line ending in a backslash goes on on the next."""
+    commands: list[tuple[int, str]] = []
+    start, parts = 0, list[str]()
+    for offset, raw in enumerate(code.splitlines()):
+        if not parts:
+            start = offset
+        parts.append(raw.strip().removesuffix("\\").strip())
+        if not raw.rstrip().endswith("\\"):
+            commands.append((start, " ".join(p for p in parts if p)))
+            parts = []
+    if parts:
+        commands.append((start, " ".join(p for p in parts if p)))
+    return commands
+
+
 def test_every_block_has_a_known_language() -> None:
     unknown = [(b.line, b.lang) for b in readme_blocks() if b.lang not in LANGUAGES]
     assert not unknown, f"README.md blocks with no or an unknown language (use one of {sorted(LANGUAGES)}): {unknown}"
 
 
 def test_every_skip_entry_still_matches_a_line() -> None:
-    lines = [ln.strip() for b in readme_blocks() if b.lang == "bash" for ln in b.code.splitlines()]
+    lines = [ln for b in readme_blocks() if b.lang == "bash" for _, ln in bash_commands(b.code)]
     firsts = [b.code.splitlines()[0] for b in readme_blocks() if b.lang == "python"]
     stale = [p for p in SKIP if not any(ln.startswith(p) for ln in lines)]
     stale += [p for p in SKIP_PYTHON if p not in firsts]
@@ -170,13 +190,12 @@ def test_bash_blocks_run_as_written(tmp_path: Path, fake_pool: Path) -> None:
     for b in readme_blocks():
         if b.lang != "bash":
             continue
-        for offset, raw in enumerate(b.code.splitlines()):
-            line = raw.strip()
+        for offset, line in bash_commands(b.code):
             where = f"README.md line {b.line + 1 + offset}: {line}"
             if (reason := _skipped(line)) is not None:
                 skipped.append((line, reason))
                 continue
-            words = shlex.split(re.sub(r"<trace_id[^>]*>", trace_id or "<no trace id yet>", raw), comments=True)
+            words = shlex.split(re.sub(r"<trace_id[^>]*>", trace_id or "<no trace id yet>", line), comments=True)
             if not words:
                 continue
             assert words[0] == "orchestrion", f"{where}: not an orchestrion command; add it to SKIP with a reason"
