@@ -402,7 +402,7 @@ def signal_rows(p: Probe) -> None:
     p.row("23", f"orchestrion {' '.join(args)}, then Ctrl-C", proc.returncode, " / ".join(err.split("\n\n")).strip())
     from orchestrion.models.presets import missing  # row 21: Ctrl-C while the first local model answers
 
-    args = ["bench/local_pool.py", "--tasks", "object_counting", "--train", "1", "--limit", "1", "--out", "$TMP/lp"]
+    args = ["bench/local_pool.py", "--tasks", "reasoning-gym:gcd", "--train", "1", "--limit", "1", "--out", "$TMP/lp"]
     if missing():
         p.row("21", "python " + " ".join(args), "-", f"not run: {', '.join(missing())} not pulled")
         return
