@@ -1,5 +1,5 @@
-"""POrchestra's pieces on top of the sub-agent runtime: the orchestrator's action schema
-(``delegate_task`` / ``revise_task`` / ``complete``, plus ``wait`` for concurrent
+"""POrchestra's pieces on top of the sub-agent runtime: the strategy's options, the orchestrator's
+action schema (``delegate_task`` / ``revise_task`` / ``complete``, plus ``wait`` for concurrent
 sub-agents) and a sub-agent that hands control back when it is stuck.
 
 The action is one flat model with a discriminating ``action`` field. Every other field is
@@ -15,12 +15,39 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..runtime.context import RunContext
+from ..runtime.options import POOL_MODEL, StrategyOptions
 from ..runtime.protocol import narrow
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
 
 ActionName = Literal["delegate_task", "revise_task", "complete", "wait", "solve_directly"]
 Scope = Literal["keep", "reduce", "expand", "remove", "decompose"]
 REVISE_ONLY = ("target", "scope", "remove_tools", "constraint", "state", "executor")
+
+
+class ProactiveOptions(StrategyOptions):
+    """The options of :class:`~orchestrion.strategies.proactive.Proactive` (the paper's defaults where it has them)."""
+
+    max_steps: int = Field(default=300, ge=1,
+                           description="sub-agent steps in all, over the whole episode (paper: 300)")
+    max_subagents: int = Field(default=10, ge=1, description="most sub-agents started (paper: 10)")
+    subagent_steps: int = Field(default=30, ge=1,
+                                description="most steps one sub-agent's harness may hold (paper: 30)")
+    max_active: int = Field(default=1, ge=1, description="sub-agents running at once (paper: 1; at least 1)")
+    max_decisions: int = Field(default=30, ge=1, description="most orchestrator decisions")
+    max_invalid: int = Field(default=2, ge=1,
+                             description="invalid decisions in a row before the fallback (at least 1)")
+    stall_steps: int = Field(default=3, ge=0,
+                             description="same action this many times in a row pauses a sub-agent as stuck (0 = off)")
+    max_fruitless: int = Field(default=3, ge=0, description="sub-agent runs in a row without a result that stop "
+                                                            "the loop (0 = off)")
+    worker_model: str | None = Field(default=None, json_schema_extra=POOL_MODEL,
+                                     description="default sub-agent model (default: the pool's executor)")
+    decision_tokens: int = Field(default=320, ge=1, description="output-token limit of each orchestrator decision")
+    code_examples: bool = Field(default=True, description=(
+        "a code task (a function stub in the prompt) goes to one sub-agent that tests its function on the "
+        "docstring's examples and asks for a revision when one fails"))
+    code_revisions: int = Field(default=2, ge=1, le=6, description=(
+        "code tasks with examples: most revisions the orchestrator grants (more steps, or another model)"))
 
 
 class ProactiveAction(BaseModel):

@@ -42,14 +42,11 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, replace
 
-from pydantic import Field
-
 from .._errors import BudgetExceededError, OrchestrionError
 from .._prompts import render
 from ..models.types import msg
 from ..runtime.code_work import code_plan
 from ..runtime.context import ORCHESTRATOR_CONFIG, RunContext
-from ..runtime.options import POOL_MODEL, StrategyOptions
 from ..runtime.protocol import Revision
 from ..runtime.subagent import Harness, SubAgent, SubAgentReport
 from ..runtime.synthesis import settle_answer, synthesize
@@ -57,6 +54,7 @@ from ._code import proactive_revisions
 from ._proactive_protocol import (
     PausingSubAgent,
     ProactiveAction,
+    ProactiveOptions,
     decision_schema,
 )
 from .base import Answer, EpisodeStatus, Strategy, Task, model_lines, register, tool_lines
@@ -65,32 +63,6 @@ _BUSY = ("running", "waiting")
 DIRECT_TOOL = "solve_directly"
 _REVISABLE = ("waiting", "done", "stopped", "exhausted")
 _STATE_OF = {"finish": "done", "revise": "waiting", "stop": "stopped", "exhausted": "exhausted"}
-
-
-class ProactiveOptions(StrategyOptions):
-    """The options of :class:`Proactive` (the paper's defaults where it has them)."""
-
-    max_steps: int = Field(default=300, ge=1,
-                           description="sub-agent steps in all, over the whole episode (paper: 300)")
-    max_subagents: int = Field(default=10, ge=1, description="most sub-agents started (paper: 10)")
-    subagent_steps: int = Field(default=30, ge=1,
-                                description="most steps one sub-agent's harness may hold (paper: 30)")
-    max_active: int = Field(default=1, ge=1, description="sub-agents running at once (paper: 1; at least 1)")
-    max_decisions: int = Field(default=30, ge=1, description="most orchestrator decisions")
-    max_invalid: int = Field(default=2, ge=1,
-                             description="invalid decisions in a row before the fallback (at least 1)")
-    stall_steps: int = Field(default=3, ge=0,
-                             description="same action this many times in a row pauses a sub-agent as stuck (0 = off)")
-    max_fruitless: int = Field(default=3, ge=0, description="sub-agent runs in a row without a result that stop "
-                                                            "the loop (0 = off)")
-    worker_model: str | None = Field(default=None, json_schema_extra=POOL_MODEL,
-                                     description="default sub-agent model (default: the pool's executor)")
-    decision_tokens: int = Field(default=320, ge=1, description="output-token limit of each orchestrator decision")
-    code_examples: bool = Field(default=True, description=(
-        "a code task (a function stub in the prompt) goes to one sub-agent that tests its function on the "
-        "docstring's examples and asks for a revision when one fails"))
-    code_revisions: int = Field(default=2, ge=1, le=6, description=(
-        "code tasks with examples: most revisions the orchestrator grants (more steps, or another model)"))
 
 
 @dataclass
