@@ -234,7 +234,8 @@ async def table(args: argparse.Namespace, store: TraceStore, state: dict[str, st
     by_task = report(store, runs, args)
     if getattr(args, "program_decides", None) is not None:  # a held-out list: its acceptance lines
         heldout_checks(by_task, args.program_decides)
-    arms = train_arm_lines(store, learned, f"direct on {STRONGEST}", scores)
+    # one @train example per arm (--train 1, as with --history '') is a placeholder, not a history to read
+    arms = train_arm_lines(store, learned, f"direct on {STRONGEST}", scores) if args.train > 1 else []
     if arms:
         print(f"\n**What auto learned from: each arm on the @train sample ({args.train} per task), paired by "
               "example against direct on the 1.5B model**\n")
