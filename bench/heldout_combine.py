@@ -6,7 +6,8 @@ store of an earlier run may be gone. This reads the per-task verdicts (each stra
 difference from ``direct`` on the 1.5B model, ± se) and ``direct``'s own accuracy per family from
 the fragments that ``bench/local_pool.py --fragment`` wrote, keeps the families of the current
 list, and prints the same held-out checks as ``local_pool.py`` (:func:`pool_report.heldout_checks`),
-then the moved families apart, as tuning rows. A (family, strategy) pair found in several
+then the moved families apart, as tuning rows. The checks table sits in a marked block that
+``docs/gen_pages.py`` copies into the README. A (family, strategy) pair found in several
 fragments is taken from the last one named. Nothing runs; the differences are the fragments'
 rounded figures (two or three decimals), so a mean may differ from a store's in the third.
 
@@ -28,6 +29,7 @@ from _fragment import tee_fragment  # noqa: E402
 from pool_report import STRONGEST, heldout_checks  # noqa: E402
 
 DIRECT = f"direct on {STRONGEST}"
+BLOCK = ("<!-- results:heldout-rgym-combined:start -->", "<!-- results:heldout-rgym-combined:end -->")
 _SECTION = re.compile(r"^\*\*(?P<task>\S+)@test, ")
 _DIRECT_ROW = re.compile(rf"^\| {re.escape(DIRECT)} \| (?P<acc>\d\.\d+) ± (?P<se>\d\.\d+) \|")
 _VERDICT = re.compile(r"^\| (?P<task>[^|]+?) \| (?P<label>[^|]+?) \| "
@@ -92,7 +94,9 @@ def main() -> None:
         print_rows(rows, held, "Held-out families")
         kept = {label: {t: (v, se) for t, (v, se, _) in per.items() if family(t) in held}
                 for label, per in rows.items()}
+        print(f"\n{BLOCK[0]}")  # the README shows this block (docs/gen_pages.py copies it)
         heldout_checks({label: per for label, per in kept.items() if per}, families_rgym.PROGRAM_DECIDES)
+        print(f"\n{BLOCK[1]}")
         print_rows(rows, moved, "Moved to tuning (reported apart; no held-out claim rests on them)")
 
 
