@@ -16,7 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.test_readme import fake_pool  # noqa: F401 - the loopback pool fixture
+from tests.test_readme import (
+    bash_commands,
+    fake_pool,  # noqa: F401 - the loopback pool fixture
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
@@ -72,11 +75,11 @@ def test_shell_examples_run_as_written(tmp_path: Path, fake_pool: Path) -> None:
     for page, line, code, reason in bash_blocks():
         if reason is not None:
             continue
-        for raw in code.splitlines():
+        for offset, raw in bash_commands(code):  # a line ending in a backslash goes on on the next
             words = shlex.split(raw, comments=True)
             if not words:
                 continue
-            where = f"{page} block at line {line}: {raw.strip()}"
+            where = f"{page} block at line {line + offset}: {raw.strip()}"
             assert words[0] == "orchestrion", f"{where}: not an orchestrion command; mark the block skipped"
             res = subprocess.run([str(ORCHESTRION), *words[1:]], cwd=work, capture_output=True, text=True,
                                  timeout=120, env=env)
@@ -84,3 +87,8 @@ def test_shell_examples_run_as_written(tmp_path: Path, fake_pool: Path) -> None:
             assert "Traceback" not in res.stderr, f"{where}\n{res.stderr}"
             ran += 1
     assert ran >= 15
+
+
+def test_a_continued_line_is_one_command() -> None:
+    code = "orchestrion eval --dataset x \\\n    --limit 2\norchestrion trace list"
+    assert bash_commands(code) == [(0, "orchestrion eval --dataset x --limit 2"), (2, "orchestrion trace list")]
