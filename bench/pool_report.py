@@ -184,18 +184,20 @@ def heldout_checks(by_task: dict[str, dict[str, tuple[float, float]]], program_d
     apart, with direct's accuracy (``by_task`` holds that under direct's label, see :func:`report`)."""
     direct = {t: acc for t, (acc, _) in by_task.get(f"direct on {STRONGEST}", {}).items()}
     print("\n**Held-out checks** (each row against direct on the 1.5B model, paired; families run so far)\n")
-    print("| row | families | below direct by > 1 se | mean gain (≥ +0.10) | program-decides families at ≥ +0.20 |")
+    print("| row | families | below direct by > 1 se | mean gain ± se (≥ +0.10) "
+          "| program-decides families at ≥ +0.20 |")
     print("|---|---|---|---|---|")
     for label, per in by_task.items():
         if label.startswith("direct on "):
             continue
         below = [t for t, (d, se) in per.items() if d < -se - 1e-9]  # as verdict(): exactly -1 se is not below
         mean = sum(d for d, _ in per.values()) / len(per)
+        se = math.sqrt(sum(e ** 2 for _, e in per.values() if math.isfinite(e))) / len(per)
         decides = {t: d for t, (d, _) in per.items() if t.split(":")[-1] in program_decides}
         full = {t: direct[t] for t in decides if direct.get(t, 0.0) > 0.80 + 1e-9 and decides[t] < 0.20}
         high = sum(1 for d in decides.values() if d >= 0.20)
         room = "".join(f"; no room at {t.split(':')[-1]} (direct {acc:.2f})" for t, acc in full.items())
-        print(f"| {label} | {len(per)} | {', '.join(below) or 'none'} | {mean:+.3f} "
+        print(f"| {label} | {len(per)} | {', '.join(below) or 'none'} | {mean:+.3f} ± {se:.3f} "
               f"({'met' if mean >= 0.10 else 'not met'}) | {high} of {len(decides)}{room} |")
 
 

@@ -45,7 +45,7 @@ def test_the_checks_keep_only_the_current_held_out_list(tmp_path: Path, monkeypa
     combine.main()
     out = capsys.readouterr().out
     checks = out.split("**Held-out checks**")[1].split("**Moved to tuning")[0]
-    assert "| auto (local pool) | 1 | none | +0.700 (met) | 1 of 1 |" in checks  # maze's -0.5 is not in it
+    assert "| auto (local pool) | 1 | none | +0.700 ± 0.105 (met) | 1 of 1 |" in checks  # maze's -0.5 is not in it
     assert "| maze | auto (local pool) | -0.500 ± 0.100 | b.md |" in out.split("**Moved to tuning")[1]
     assert "No row yet for:" in out and "number_format" in out
     start, end = combine.BLOCK

@@ -32,16 +32,17 @@ def test_the_held_out_checks_are_computed_from_the_paired_differences(capsys: py
     }
     pool_report.heldout_checks(by_task, {"gcd", "maze"})
     lines = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("| auto")]
-    assert lines == ["| auto (local pool) | 3 | reasoning-gym:aiw | +0.100 (met) | 1 of 2 |"]
+    assert lines == ["| auto (local pool) | 3 | reasoning-gym:aiw | +0.100 ± 0.029 (met) | 1 of 2 |"]
     pool_report.heldout_checks({"para": {"tsumego": (-0.05 - 1e-12, 0.05)}}, set())  # float noise at exactly -1 se
     assert "| para | 1 | none |" in capsys.readouterr().out
     pool_report.heldout_checks({"para": {"matrixshapes": (0.02, 0.05)}}, {"matrixshapes"})
-    assert "| para | 1 | none | +0.020 (not met) | 0 of 1 |" in capsys.readouterr().out
+    assert "| para | 1 | none | +0.020 ± 0.050 (not met) | 0 of 1 |" in capsys.readouterr().out
     # direct already at 0.95 leaves no room for +0.20: named apart with its accuracy (0.80 still has room)
     direct = {"direct on qwen2.5-coder-1.5b": {"reasoning-gym:gcd": (0.95, 0.0), "reasoning-gym:maze": (0.80, 0.0)}}
     pool_report.heldout_checks({**direct, "para": {"reasoning-gym:gcd": (0.0, 0.0), "reasoning-gym:maze": (0.1, 0.05)}},
                                {"gcd", "maze"})
-    assert "| para | 2 | none | +0.050 (not met) | 0 of 2; no room at gcd (direct 0.95) |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| para | 2 | none | +0.050 ± 0.025 (not met) | 0 of 2; no room at gcd (direct 0.95) |" in out
 
 
 def test_decisions_per_episode_and_stops_are_read_from_the_store(tmp_path: Path,
