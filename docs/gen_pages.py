@@ -27,7 +27,7 @@ DOCS = Path(__file__).resolve().parent
 README = DOCS.parent / "README.md"
 BEGIN, END = "<!-- options:begin -->", "<!-- options:end -->"
 # results pages whose marked block the README shows, by name (docs/results/NAME.md)
-README_RESULTS = ["local-pool"]
+README_RESULTS = ["local-pool", "heldout-rgym-combined"]
 
 
 def _cell(text: object) -> str:

@@ -43,8 +43,12 @@ def test_the_readme_results_prose_quotes_only_figures_on_the_results_pages() -> 
 
 def test_a_changed_results_page_is_copied_into_the_readme() -> None:
     gen = _gen()
-    start, end = gen.results_markers("local-pool")
-    readme = f"intro\n{start}\n| old |\n{end}\nrest\n"
-    page = (DOCS / "results" / "local-pool.md").read_text(encoding="utf-8")
-    block = gen.results_block(page, "local-pool", "page")
-    assert gen.readme_markdown(readme) == f"intro\n{start}{block}{end}\nrest\n"
+    readme, expected = "intro\n", "intro\n"
+    for name in gen.README_RESULTS:  # each block from its own page, the text around them kept
+        start, end = gen.results_markers(name)
+        page = (DOCS / "results" / f"{name}.md").read_text(encoding="utf-8")
+        block = gen.results_block(page, name, "page")
+        readme += f"{start}\n| old |\n{end}\nbetween\n"
+        expected += f"{start}{block}{end}\nbetween\n"
+    assert gen.readme_markdown(readme) == expected
+    assert "heldout-rgym-combined" in gen.README_RESULTS  # the held-out table, written by bench/heldout_combine.py
