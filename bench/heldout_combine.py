@@ -13,7 +13,7 @@ rounded figures (two or three decimals), so a mean may differ from a store's in 
 
     .venv/bin/python bench/heldout_combine.py docs/results/heldout-rgym.md \\
         docs/results/heldout-rgym-para.md docs/results/heldout-rgym-new.md \\
-        --fragment docs/results/heldout-rgym-combined.md
+        docs/results/heldout-rgym-uno.md --fragment docs/results/heldout-rgym-combined.md
 """
 
 from __future__ import annotations
@@ -65,8 +65,8 @@ def print_rows(rows: Rows, families: list[str], title: str) -> None:
         for label in sorted(rows, key=lambda lb: (lb != DIRECT, lb)):
             for task, (value, se, source) in rows[label].items():
                 if family(task) == name:
-                    sign = "" if label == DIRECT else "+" if value >= 0 else ""
-                    print(f"| {name} | {label} | {sign}{value:.3f} ± {se:.3f} | {source} |")
+                    shown = f"{value:.3f}" if label == DIRECT else f"{value:+.3f}"  # an accuracy, or a difference
+                    print(f"| {name} | {label} | {shown} ± {se:.3f} | {source} |")
 
 
 def main() -> None:

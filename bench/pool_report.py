@@ -165,7 +165,7 @@ def report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]],
     for label, ds in diffs.items():
         k = len(ds)
         mean = sum(d for d, _ in ds) / k
-        se = math.sqrt(sum(e ** 2 for _, e in ds if math.isfinite(e))) / k
+        se = mean_se([e for _, e in ds])
         ratio = (sum(units[label]) / len(units[label])) / base_units if base_units else math.inf
         print(f"| {label} | {k} | {mean:+.3f} ± {se:.3f} | {ratio:.1f}× |")
     _print_out_of_format(store, runs)
@@ -175,6 +175,12 @@ def report(store: TraceStore, runs: dict[str, dict[str, tuple[str, str]]],
     print("\n".join(verdicts))
     plot(avg, args.out / "accuracy_cost.png")
     return by_task
+
+
+def mean_se(ses: list[float]) -> float:
+    """The se of a mean over tasks, combined from the per-task standard errors (an infinite one,
+    from a task too small to judge, is left out)."""
+    return math.sqrt(sum(e ** 2 for e in ses if math.isfinite(e))) / len(ses)
 
 
 def heldout_checks(by_task: dict[str, dict[str, tuple[float, float]]], program_decides: set[str]) -> None:
@@ -192,7 +198,7 @@ def heldout_checks(by_task: dict[str, dict[str, tuple[float, float]]], program_d
             continue
         below = [t for t, (d, se) in per.items() if d < -se - 1e-9]  # as verdict(): exactly -1 se is not below
         mean = sum(d for d, _ in per.values()) / len(per)
-        se = math.sqrt(sum(e ** 2 for _, e in per.values() if math.isfinite(e))) / len(per)
+        se = mean_se([e for _, e in per.values()])
         decides = {t: d for t, (d, _) in per.items() if t.split(":")[-1] in program_decides}
         full = {t: direct[t] for t in decides if direct.get(t, 0.0) > 0.80 + 1e-9 and decides[t] < 0.20}
         high = sum(1 for d in decides.values() if d >= 0.20)
