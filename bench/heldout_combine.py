@@ -14,7 +14,7 @@ rounded figures (two or three decimals), so a mean may differ from a store's in 
     .venv/bin/python bench/heldout_combine.py docs/results/heldout-rgym.md \\
         docs/results/heldout-rgym-para.md docs/results/heldout-rgym-new.md \\
         docs/results/heldout-rgym-uno.md docs/results/heldout-rgym-paradigms.md \\
-        --fragment docs/results/heldout-rgym-combined.md
+        docs/results/heldout-rgym-paradigms-syllogism.md --fragment docs/results/heldout-rgym-combined.md
 """
 
 from __future__ import annotations
